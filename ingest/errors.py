@@ -1,0 +1,140 @@
+"""The one error root of ingest, and its hierarchy.
+
+Every exception the package raises on purpose derives from ``IngestError``::
+
+    IngestError
+    ├── ConfigError                  bad or missing configuration (CLI exit code 2)
+    ├── ProtocolError                bytes that do not follow the Kafka protocol
+    │   ├── DecodeError              a decoder met bytes it cannot parse (offset, field)
+    │   ├── EncodeError              a value the chosen version cannot carry
+    │   ├── UnsupportedVersionError  no version both sides support
+    │   └── CorruptBatchError        a record batch failed its CRC or structure checks
+    ├── BrokerError                  the broker answered with a non-zero error code
+    │   (carries the code's row from ingest.protocol.error_codes: name, retriable)
+    ├── KafkaConnectionError         connect, TLS, SASL or socket failure (retriable)
+    │   └── RequestTimeoutError      no answer within the request timeout
+    ├── GroupError                   consumer-group membership failures
+    │   └── FencedError              a newer generation or instance fenced us out
+    ├── SinkError                    Delta / Spark sink failures
+    └── HarnessError                 the test harness could not start or stop a server
+
+Errors are plain classes with keyword fields, so that a message always names
+where the failure happened (offset and field, broker and API, topic and
+partition) without callers formatting strings themselves.
+"""
+
+from __future__ import annotations
+
+
+class IngestError(Exception):
+    """Root of every error ingest raises on purpose."""
+
+
+class ConfigError(IngestError):
+    """Configuration that cannot be used; names the file and the key."""
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        self.path = path
+        self.key = key
+        where = ": ".join(part for part in (path, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ProtocolError(IngestError):
+    """Bytes or values that do not follow the Kafka protocol."""
+
+    def __init__(
+        self, message: str, *, offset: int | None = None, field: str | None = None
+    ) -> None:
+        self.offset = offset
+        self.field = field
+        self.reason = message
+        location = []
+        if field is not None:
+            location.append(f"field {field}")
+        if offset is not None:
+            location.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(location)})" if location else message)
+
+
+class DecodeError(ProtocolError):
+    """A decoder met bytes it cannot parse. The only exception decoders raise."""
+
+
+class EncodeError(ProtocolError):
+    """A value the chosen message version cannot carry."""
+
+
+class UnsupportedVersionError(ProtocolError):
+    """No version of an API is supported by both sides."""
+
+
+class CorruptBatchError(ProtocolError):
+    """A record batch failed its CRC or structure checks.
+
+    ``base_offset`` and ``last_offset`` bound the batch when they could be read,
+    so the range can go to the dead-letter table with its raw bytes.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        offset: int | None = None,
+        field: str | None = None,
+        base_offset: int | None = None,
+        last_offset: int | None = None,
+    ) -> None:
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        super().__init__(message, offset=offset, field=field)
+
+
+class BrokerError(IngestError):
+    """The broker answered with a non-zero error code."""
+
+    def __init__(
+        self,
+        code: int,
+        name: str,
+        retriable: bool,
+        *,
+        context: str = "",
+        message: str | None = None,
+    ) -> None:
+        self.code = code
+        self.name = name
+        self.retriable = retriable
+        self.context = context
+        text = f"{name} ({code})"
+        if message:
+            text += f": {message}"
+        if context:
+            text = f"{context}: {text}"
+        super().__init__(text)
+
+
+class KafkaConnectionError(IngestError):
+    """Connecting to or talking with a broker failed at the transport level."""
+
+    retriable = True
+
+
+class RequestTimeoutError(KafkaConnectionError):
+    """No response arrived within the request timeout."""
+
+
+class GroupError(IngestError):
+    """Consumer-group membership failed."""
+
+
+class FencedError(GroupError):
+    """A newer generation or another instance with our id fenced us out."""
+
+
+class SinkError(IngestError):
+    """Writing to or committing the Delta table failed."""
+
+
+class HarnessError(IngestError):
+    """The test harness could not start, reach or stop a server."""

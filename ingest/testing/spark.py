@@ -1,0 +1,39 @@
+"""A local Spark session configured the way ingest's jobs and tests need it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def local_spark_session(
+    master: str = "local[2]",
+    app_name: str = "ingest-tests",
+    extra_conf: dict[str, str] | None = None,
+) -> Any:
+    """Starts (or returns) the process's Spark session: UI off, our Python for workers.
+
+    Workers must run this interpreter, or they start the system Python and fail
+    to import pyarrow (shared/notes/spark-and-delta.md).
+    """
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        # Spark 4 writes INT96 timestamps by default; Delta readers want micros.
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config("spark.driver.memory", "1g")
+    )
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,1 @@
+pytest_plugins = ["ingest.testing.pytest_plugin"]

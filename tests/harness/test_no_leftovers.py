@@ -1,0 +1,50 @@
+"""After a test session that used the servers, none of their processes is left running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ingest.testing._process import pid_alive
+
+INNER_TEST = textwrap.dedent("""
+    from ingest.testing import Broker, create_topic
+
+    def test_uses_every_server(broker, s3, topic):
+        create_topic(broker.bootstrap, topic, partitions=1)
+        extra = Broker(storage="s3", s3=s3, s3_bucket="leftover-check").start()
+        extra.kill()  # a crashed broker must not leak either
+        extra.start()
+        # No stop(): the harness must clean up what a test forgets.
+
+    def test_forgotten_broker():
+        Broker().start()
+""")
+
+
+@pytest.mark.slow
+def test_no_broker_or_s3_process_survives_a_session(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["ingest.testing.pytest_plugin"]\n')
+    (tmp_path / "test_inner.py").write_text(INNER_TEST)
+    pid_file = tmp_path / "pids.txt"
+    env = dict(os.environ, INGEST_TESTING_PID_FILE=str(pid_file))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    pids = [int(line) for line in pid_file.read_text().split()]
+    # session broker, s3 server, the s3-backed broker twice, the forgotten broker
+    assert len(pids) == 5
+    assert [pid for pid in pids if pid_alive(pid)] == []
