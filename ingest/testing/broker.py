@@ -17,7 +17,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from ingest.errors import HarnessError
+from ingest.errors import DecodeError, HarnessError
+from ingest.protocol import codec
+from ingest.protocol.messages import ApiVersionsRequest
 from ingest.testing._process import ManagedProcess, free_port, wait_until
 from ingest.testing.s3 import S3Server
 
@@ -46,17 +48,24 @@ def tansu_binary() -> Path:
 def api_versions_answered(host: str, port: int, *, timeout: float = 1.0) -> bool:
     """Sends ApiVersions v0 and checks for a well-formed, error-free answer."""
     correlation_id = 0x1D1D
-    client_id = b"ingest-harness"
-    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    frame = codec.encode_request(
+        ApiVersionsRequest(), version=0, correlation_id=correlation_id, client_id="ingest-harness"
+    )
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        header = _recv_exact(sock, 4)
-        (size,) = struct.unpack(">i", header)
-        if not 10 <= size <= 1 << 20:
+        sock.sendall(frame)
+        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+        if not 6 <= size <= 1 << 20:
             return False
-        frame = _recv_exact(sock, size)
-    got_correlation, error_code, api_count = struct.unpack_from(">ihi", frame)
-    return got_correlation == correlation_id and error_code == 0 and api_count > 0
+        body = _recv_exact(sock, size)
+    try:
+        header, response = codec.decode_response(ApiVersionsRequest.api_key, 0, memoryview(body))
+    except DecodeError:
+        return False
+    return (
+        header.correlation_id == correlation_id
+        and response.error_code == 0
+        and len(response.api_keys) > 0
+    )
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes:
