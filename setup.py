@@ -1,0 +1,18 @@
+"""Builds the records kernel (ingest/protocol/_records.c); metadata lives in pyproject.toml."""
+
+import sys
+
+from setuptools import Extension, setup
+
+COMPILE_ARGS = [] if sys.platform == "win32" else ["-O3", "-std=c11", "-Wall", "-Wextra"]
+
+setup(
+    ext_modules=[
+        Extension(
+            "ingest.protocol._records",
+            sources=["ingest/protocol/_records.c"],
+            extra_compile_args=COMPILE_ARGS,
+        )
+    ],
+    package_data={"ingest.protocol": ["_records.pyi"]},
+)
