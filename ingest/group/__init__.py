@@ -1,0 +1,98 @@
+"""Consumer-group membership, sans I/O: the state machine and the partition assignors.
+
+``GroupMachine`` takes inputs (commands, ticks, driver reports, decoded
+coordinator responses) with the current monotonic time and returns outputs
+(requests to send, lookups to make, events). A driver in a higher layer does
+the I/O. Nothing here reads a clock, opens a socket or starts a thread.
+"""
+
+from __future__ import annotations
+
+from ingest.group.assignors import (
+    Assignor,
+    CooperativeStickyAssignor,
+    MemberAssignment,
+    MemberSubscription,
+    RangeAssignor,
+    RoundRobinAssignor,
+)
+from ingest.group.config import CoordinatorVersions, GroupConfig
+from ingest.group.events import (
+    INPUT_TYPES,
+    OUTPUT_TYPES,
+    Commit,
+    CommitFailed,
+    CommittedOffset,
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    CoordinatorLost,
+    Fatal,
+    Fenced,
+    FetchCommitted,
+    FindCoordinator,
+    Input,
+    Leave,
+    Left,
+    MetadataUpdate,
+    NeedMetadata,
+    OffsetFetchFailed,
+    OffsetsCommitted,
+    OffsetsFetched,
+    Output,
+    PartitionsAssigned,
+    PartitionsLost,
+    PartitionsRevoked,
+    RequestFailed,
+    RevocationDone,
+    SendRequest,
+    Subscribe,
+    Tick,
+)
+from ingest.group.machine import TRANSITIONS, GroupMachine
+from ingest.group.types import InvalidTransition, MemberState, Partition, RebalanceProtocol
+
+__all__ = [
+    "INPUT_TYPES",
+    "OUTPUT_TYPES",
+    "TRANSITIONS",
+    "Assignor",
+    "Commit",
+    "CommitFailed",
+    "CommittedOffset",
+    "CooperativeStickyAssignor",
+    "CoordinatorFound",
+    "CoordinatorLookupFailed",
+    "CoordinatorLost",
+    "CoordinatorVersions",
+    "Fatal",
+    "Fenced",
+    "FetchCommitted",
+    "FindCoordinator",
+    "GroupConfig",
+    "GroupMachine",
+    "Input",
+    "InvalidTransition",
+    "Leave",
+    "Left",
+    "MemberAssignment",
+    "MemberState",
+    "MemberSubscription",
+    "MetadataUpdate",
+    "NeedMetadata",
+    "OffsetFetchFailed",
+    "OffsetsCommitted",
+    "OffsetsFetched",
+    "Output",
+    "Partition",
+    "PartitionsAssigned",
+    "PartitionsLost",
+    "PartitionsRevoked",
+    "RangeAssignor",
+    "RebalanceProtocol",
+    "RequestFailed",
+    "RevocationDone",
+    "RoundRobinAssignor",
+    "SendRequest",
+    "Subscribe",
+    "Tick",
+]

@@ -1,0 +1,1 @@
+"""The supervisor: group membership, worker lifecycle, batch triggers, offset commits."""
