@@ -1,0 +1,475 @@
+"""Where segments live: a per-run namespace in shared memory, a directory or an object store.
+
+Layout: ``<root>/ingest-<run_id>/<topic>/<partition>/<name>`` where ``name`` is
+``<first offset>-<token>.arrows`` for a segment and ``corrupt-<first offset>-<token>.bin``
+for a corrupt batch's raw bytes. A segment or corrupt id is that path relative
+to the namespace without its suffix, so ``release(ids)`` needs no lookup table.
+
+Modes:
+
+* ``shm``: the namespace is a directory under ``/dev/shm`` (tmpfs). Segments are
+  written with ``write()`` (not mapped, so they do not count in a worker's RSS)
+  and the reader memory-maps them: the Arrow buffers point into the page cache,
+  no copy.
+* ``files``: a local directory or an object-store URI (``s3://bucket/prefix``
+  with ``storage_options`` for ``pyarrow.fs.S3FileSystem``, or any URI
+  ``pyarrow.fs.FileSystem.from_uri`` knows), so that Spark executors on other
+  machines can read them.
+
+Atomic publication. On local filesystems a segment is written under a hidden
+temporary name (``.<name>.tmp``) and renamed on seal; readers never list
+dot-files. On object stores a rename is a copy, and an upload is invisible
+until it completes anyway, so a segment is written straight to its final key.
+
+Ownership and cleanup. The parent opens the namespace, records its owner
+(host, pid, process start time) in ``_owner.json`` and, on local filesystems,
+holds an ``flock`` on ``_lock`` for as long as it lives. At open, other
+``ingest-*`` namespaces under the same root whose owner is gone are removed:
+locally, those whose lock can be taken (the kernel drops an flock when its
+holder dies, whatever the pid is reused for); on object stores, those written
+on this host by a process that no longer exists. Only directories carrying an
+``_owner.json`` are ever touched. A segment is deleted only when ``release``
+names it: the supervisor calls it once the segment is durable downstream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+
+from ingest.errors import ConfigError, IngestError
+
+__all__ = [
+    "CORRUPT_SUFFIX",
+    "NAMESPACE_PREFIX",
+    "SEGMENT_SUFFIX",
+    "HandoffConfig",
+    "HandoffError",
+    "HandoffLocation",
+    "HandoffStore",
+    "read_segment",
+]
+
+log = logging.getLogger("ingest.handoff")
+
+HandoffMode = Literal["shm", "files"]
+IpcCompression = Literal["lz4", "zstd"]
+
+NAMESPACE_PREFIX = "ingest-"
+SEGMENT_SUFFIX = ".arrows"
+CORRUPT_SUFFIX = ".bin"
+CORRUPT_PREFIX = "corrupt-"
+OWNER_FILE = "_owner.json"
+LOCK_FILE = "_lock"
+TMP_SUFFIX = ".tmp"
+DEFAULT_SHM_ROOT = "/dev/shm"
+# A namespace without an owner file yet may be being created right now.
+_UNOWNED_GRACE_SECONDS = 60.0
+_SECRET_HINTS = ("secret", "password", "token", "session")
+
+
+class HandoffError(IngestError):
+    """A segment could not be written, published, read or released."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandoffConfig:
+    """How segments are handed from workers to the supervisor.
+
+    ``root``: the directory holding run namespaces (default ``/dev/shm`` in shm
+    mode), or an object-store URI in files mode. ``storage_options`` go to
+    ``pyarrow.fs.S3FileSystem`` for ``s3://`` roots (endpoint_override, scheme,
+    access_key, secret_key, region, ...); their values never appear in a repr.
+    A segment is sealed at ``segment_max_bytes`` or ``segment_max_age`` seconds
+    after its first record, whichever comes first.
+    """
+
+    mode: HandoffMode = "shm"
+    root: str | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    segment_max_bytes: int = 64 * 1024 * 1024
+    segment_max_age: float = 5.0
+    ipc_compression: IpcCompression | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("shm", "files"):
+            raise ConfigError(f"must be 'shm' or 'files', got {self.mode!r}", key="handoff.mode")
+        if self.mode == "files" and not self.root:
+            raise ConfigError("files mode needs a root directory or URI", key="handoff.root")
+        if self.mode == "shm" and self.root is not None and "://" in self.root:
+            raise ConfigError("shm mode needs a local tmpfs directory", key="handoff.root")
+        if not isinstance(self.segment_max_bytes, int) or self.segment_max_bytes < 1:
+            raise ConfigError("must be a positive int", key="handoff.segment_max_bytes")
+        if not isinstance(self.segment_max_age, int | float) or self.segment_max_age <= 0:
+            raise ConfigError("must be a positive number of seconds", key="handoff.segment_max_age")
+        if self.ipc_compression not in (None, "lz4", "zstd"):
+            raise ConfigError("must be lz4, zstd or none", key="handoff.ipc_compression")
+        object.__setattr__(self, "storage_options", dict(self.storage_options))
+
+    @property
+    def resolved_root(self) -> str:
+        return self.root if self.root is not None else DEFAULT_SHM_ROOT
+
+    def __repr__(self) -> str:
+        options = {
+            key: "**********" if any(hint in key.lower() for hint in _SECRET_HINTS) else value
+            for key, value in self.storage_options.items()
+        }
+        return (
+            f"HandoffConfig(mode={self.mode!r}, root={self.resolved_root!r}, "
+            f"storage_options={options!r}, segment_max_bytes={self.segment_max_bytes}, "
+            f"segment_max_age={self.segment_max_age}, ipc_compression={self.ipc_compression!r})"
+        )
+
+
+# -- filesystems ----------------------------------------------------------------------
+
+
+def _split_root(root: str, options: Mapping[str, Any]) -> tuple[pafs.FileSystem | None, str, str]:
+    """(filesystem or None for the local one, path inside it, URI prefix for that path)."""
+    if "://" not in root:
+        return None, os.path.abspath(root), ""
+    scheme, _, rest = root.partition("://")
+    if scheme == "file":
+        return None, os.path.abspath("/" + rest.lstrip("/")), ""
+    if scheme == "s3":
+        return pafs.S3FileSystem(**options), rest.strip("/"), "s3://"
+    filesystem, path = pafs.FileSystem.from_uri(root)
+    return filesystem, path.rstrip("/"), f"{scheme}://"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandoffLocation:
+    """One run's namespace: everything a worker process needs to write into it (picklable)."""
+
+    config: HandoffConfig
+    run_id: str
+    namespace: str  # path inside the filesystem
+    uri_prefix: str  # "" for local paths, else "s3://" etc.
+
+    @property
+    def local(self) -> bool:
+        return self.uri_prefix == ""
+
+    def filesystem(self) -> pafs.FileSystem | None:
+        """The pyarrow filesystem, or None when segments are local files."""
+        if self.local:
+            return None
+        return _split_root(self.config.resolved_root, self.config.storage_options)[0]
+
+    def path_of(self, item_id: str) -> str:
+        suffix = CORRUPT_SUFFIX if _is_corrupt_id(item_id) else SEGMENT_SUFFIX
+        return f"{self.namespace}/{item_id}{suffix}"
+
+    def uri_of(self, path: str) -> str:
+        return f"{self.uri_prefix}{path}"
+
+
+def _is_corrupt_id(item_id: str) -> bool:
+    return item_id.rpartition("/")[2].startswith(CORRUPT_PREFIX)
+
+
+def _check_id(item_id: str) -> None:
+    parts = item_id.split("/")
+    if len(parts) != 3 or any(part in ("", ".", "..") for part in parts):
+        raise HandoffError(f"{item_id!r} is not a segment or corrupt-range id")
+
+
+def read_segment(
+    uri: str, *, storage_options: Mapping[str, Any] | None = None, memory_map: bool = True
+) -> pa.Table:
+    """The records of one sealed segment. Local segments are memory-mapped (no copy):
+    the table's buffers point into the file's pages for as long as the table lives."""
+    if "://" not in uri or uri.startswith("file://"):
+        path = uri.removeprefix("file://")
+        source: pa.NativeFile = pa.memory_map(path, "r") if memory_map else pa.OSFile(path, "rb")
+        with source:
+            return ipc.open_stream(source).read_all()
+    filesystem, path, _ = _split_root(uri, storage_options or {})
+    assert filesystem is not None
+    with filesystem.open_input_stream(path) as stream:
+        return ipc.open_stream(stream).read_all()
+
+
+# -- ownership --------------------------------------------------------------------------
+
+
+def _process_start_ticks(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot (None if it does not exist)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after the last ')'.
+    fields = text[text.rfind(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def _owner_alive(owner: Mapping[str, Any]) -> bool:
+    pid = owner.get("pid")
+    if not isinstance(pid, int):
+        return False
+    ticks = _process_start_ticks(pid)
+    if ticks is None:
+        return False
+    # A reused pid is a different process: its start time differs.
+    return owner.get("start_ticks") in (None, ticks)
+
+
+def _owner_record(run_id: str) -> dict[str, Any]:
+    pid = os.getpid()
+    return {
+        "run_id": run_id,
+        "host": socket.gethostname(),
+        "pid": pid,
+        "start_ticks": _process_start_ticks(pid),
+        "created": time.time(),
+    }
+
+
+class HandoffStore:
+    """The parent's side of the handoff: opens the run namespace, releases, reads, cleans up.
+
+    ``with HandoffStore(config) as store:`` opens the namespace (removing the
+    ones dead runs left behind) and removes it on exit. Workers get
+    ``store.location`` and write through ``SegmentWriter``.
+    """
+
+    def __init__(self, config: HandoffConfig, *, run_id: str | None = None) -> None:
+        self.config = config
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        if not self.run_id.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"{self.run_id!r}: use letters, digits, - and _", key="run_id")
+        filesystem, root_path, uri_prefix = _split_root(
+            config.resolved_root, config.storage_options
+        )
+        self._fs = filesystem
+        self.root = root_path
+        self.location = HandoffLocation(
+            config=config,
+            run_id=self.run_id,
+            namespace=f"{root_path}/{NAMESPACE_PREFIX}{self.run_id}",
+            uri_prefix=uri_prefix,
+        )
+        self._lock_fd: int | None = None
+        self.opened = False
+
+    def __repr__(self) -> str:
+        return f"HandoffStore({self.location.uri_of(self.location.namespace)!r}, {self.config!r})"
+
+    @property
+    def namespace(self) -> str:
+        return self.location.namespace
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def open(self) -> HandoffStore:
+        """Creates the namespace, takes ownership of it and removes stale ones."""
+        if self.opened:
+            return self
+        removed = self.clean_stale()
+        if removed:
+            log.info(
+                "handoff: removed %d namespace(s) left by dead runs: %s", len(removed), removed
+            )
+        owner = json.dumps(_owner_record(self.run_id)).encode()
+        if self._fs is None:
+            if self.config.mode == "shm" and not os.path.isdir(self.root):
+                raise ConfigError(f"{self.root} is not a directory", key="handoff.root")
+            os.makedirs(self.namespace, exist_ok=True)
+            fd = os.open(f"{self.namespace}/{LOCK_FILE}", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise HandoffError(f"{self.namespace} is owned by another live run") from None
+            self._lock_fd = fd
+            _write_local_atomically(f"{self.namespace}/{OWNER_FILE}", owner)
+        else:
+            self._fs.create_dir(self.namespace, recursive=True)
+            with self._fs.open_output_stream(f"{self.namespace}/{OWNER_FILE}") as out:
+                out.write(owner)
+        self.opened = True
+        log.info("handoff: namespace %s", self.location.uri_of(self.namespace))
+        return self
+
+    def close(self, *, remove: bool = True) -> None:
+        """Gives up the namespace; ``remove`` deletes it with whatever it still holds."""
+        if remove and self.opened:
+            if self._fs is None:
+                shutil.rmtree(self.namespace, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError, FileNotFoundError):
+                    self._fs.delete_dir(self.namespace)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        self.opened = False
+
+    def __enter__(self) -> HandoffStore:
+        return self.open()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def clean_stale(self) -> list[str]:
+        """Removes other runs' namespaces under the root whose owner is gone."""
+        removed: list[str] = []
+        for name in self._namespaces():
+            if name == f"{NAMESPACE_PREFIX}{self.run_id}":
+                continue
+            path = f"{self.root}/{name}"
+            if self._fs is None:
+                if _remove_if_stale_local(path):
+                    removed.append(path)
+            elif self._remove_if_stale_remote(path):
+                removed.append(self.location.uri_of(path))
+        return removed
+
+    def _namespaces(self) -> list[str]:
+        if self._fs is None:
+            try:
+                return sorted(n for n in os.listdir(self.root) if n.startswith(NAMESPACE_PREFIX))
+            except FileNotFoundError:
+                return []
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        return sorted(
+            info.base_name
+            for info in self._fs.get_file_info(selector)
+            if info.type == pafs.FileType.Directory and info.base_name.startswith(NAMESPACE_PREFIX)
+        )
+
+    def _remove_if_stale_remote(self, path: str) -> bool:
+        assert self._fs is not None
+        try:
+            with self._fs.open_input_stream(f"{path}/{OWNER_FILE}") as stream:
+                owner = json.loads(stream.read())
+        except (OSError, ValueError):
+            return False  # not ours, or still being created
+        if owner.get("host") != socket.gethostname() or _owner_alive(owner):
+            return False  # another host's runs cannot be judged from here
+        self._fs.delete_dir(path)
+        return True
+
+    # -- segments ---------------------------------------------------------------------
+
+    def release(self, item_ids: Iterable[str]) -> int:
+        """Deletes the named segments and corrupt side files; returns how many existed.
+
+        Called once their content is durable downstream; releasing twice is harmless.
+        """
+        deleted = 0
+        for item_id in item_ids:
+            _check_id(item_id)
+            path = self.location.path_of(item_id)
+            try:
+                if self._fs is None:
+                    os.unlink(path)
+                else:
+                    self._fs.delete_file(path)
+                deleted += 1
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if self._fs is None or _exists(self._fs, path):
+                    raise HandoffError(f"cannot release {item_id}: {exc}") from exc
+        return deleted
+
+    def read(self, uri: str, *, memory_map: bool = True) -> pa.Table:
+        return read_segment(uri, storage_options=self.config.storage_options, memory_map=memory_map)
+
+    def visible(self) -> list[str]:
+        """Ids of every published segment and corrupt side file, sorted (no temporary files)."""
+        return sorted(self._visible())
+
+    def _visible(self) -> Iterator[str]:
+        prefix = len(self.namespace) + 1
+        if self._fs is None:
+            for directory, _, files in os.walk(self.namespace):
+                for name in files:
+                    item = _item_name(name)
+                    if item is not None:
+                        yield f"{directory}/{item}"[prefix:]
+            return
+        selector = pafs.FileSelector(self.namespace, recursive=True, allow_not_found=True)
+        for info in self._fs.get_file_info(selector):
+            if info.type == pafs.FileType.File:
+                item = _item_name(info.base_name)
+                if item is not None:
+                    yield f"{info.path.rpartition('/')[0]}/{item}"[prefix:]
+
+    def temporary_files(self) -> list[str]:
+        """Hidden files of segments being written (local namespaces only)."""
+        if self._fs is not None:
+            return []
+        return sorted(
+            os.path.join(directory, name)
+            for directory, _, files in os.walk(self.namespace)
+            for name in files
+            if name.startswith(".") and name.endswith(TMP_SUFFIX)
+        )
+
+
+def _item_name(name: str) -> str | None:
+    if name.startswith((".", "_")):
+        return None
+    for suffix in (SEGMENT_SUFFIX, CORRUPT_SUFFIX):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def _exists(filesystem: pafs.FileSystem, path: str) -> bool:
+    return bool(filesystem.get_file_info(path).type != pafs.FileType.NotFound)
+
+
+def _write_local_atomically(path: str, data: bytes) -> None:
+    directory, _, name = path.rpartition("/")
+    tmp = f"{directory}/.{name}{TMP_SUFFIX}"
+    with open(tmp, "wb") as out:
+        out.write(data)
+    os.replace(tmp, path)
+
+
+def _remove_if_stale_local(path: str) -> bool:
+    owner_path = Path(path, OWNER_FILE)
+    lock_path = Path(path, LOCK_FILE)
+    if not owner_path.exists():
+        # Not a namespace of ours, or one being created: leave it unless clearly abandoned.
+        if not lock_path.exists():
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - lock_path.stat().st_mtime < _UNOWNED_GRACE_SECONDS:
+                return False
+    try:
+        fd = os.open(lock_path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return False  # its owner is alive
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)

@@ -1,0 +1,318 @@
+"""A partition worker's main loop: fetch, append to segments, seal, obey controls, backpressure.
+
+``PartitionWorker`` runs in the worker process (``process.py``) but is a plain
+class over a fetcher, a segment writer, an ``emit`` callback and a
+``ControlInbox``, so it can also run in a test's own process.
+
+Backpressure: the bytes of segments the parent has not released, plus the open
+segment, are the worker's unacknowledged bytes. At ``max_unacked_bytes`` the
+worker seals its open segment (so the parent can release it) and stops
+fetching; releases bringing the total down to ``resume_unacked_bytes`` let it
+fetch again. It never prefetches a Fetch that would start above the cap, so
+the cap is exceeded by at most one Fetch answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Literal
+
+import pyarrow as pa
+
+from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
+from ingest.handoff.segment import SegmentWriter
+from ingest.protocol.records import RECORD_SCHEMA
+from ingest.worker.fetcher import FetchResult, PartitionFetcher, UnreadableCorruption
+from ingest.worker.messages import (
+    BackpressureChanged,
+    Control,
+    Event,
+    OffsetResetApplied,
+    Pause,
+    Release,
+    Resume,
+    StopAfterSeal,
+    StopNow,
+    WorkerFinished,
+    WorkerStarted,
+)
+
+__all__ = ["ControlInbox", "PartitionWorker"]
+
+log = logging.getLogger("ingest.worker")
+
+_OFFSET_COLUMN = RECORD_SCHEMA.get_field_index("offset")
+# Longest sleep while paused with no segment open; controls wake it earlier.
+_IDLE_WAIT = 1.0
+
+
+class ControlInbox:
+    """Controls handed from the control thread (or a test) to the loop. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Control] = deque()
+        self._wake = threading.Event()
+        self.stop_now = threading.Event()
+
+    def put(self, control: Control) -> None:
+        if isinstance(control, StopNow):
+            self.stop_now.set()
+        self._queue.append(control)
+        self._wake.set()
+
+    def take(self) -> list[Control]:
+        taken: list[Control] = []
+        while True:
+            try:
+                taken.append(self._queue.popleft())
+            except IndexError:
+                return taken
+
+    def wait(self, timeout: float) -> None:
+        """Sleeps until a control arrives or ``timeout`` passes."""
+        if self._wake.wait(timeout):
+            self._wake.clear()
+
+
+class PartitionWorker:
+    """Drives one partition's fetcher into its segment writer. Single-owner."""
+
+    def __init__(
+        self,
+        fetcher: PartitionFetcher,
+        writer: SegmentWriter,
+        emit: Callable[[Event], None],
+        inbox: ControlInbox,
+        *,
+        max_unacked_bytes: int,
+        resume_unacked_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fetcher = fetcher
+        self.writer = writer
+        self.emit = emit
+        self.inbox = inbox
+        self.max_unacked_bytes = max_unacked_bytes
+        self.resume_unacked_bytes = resume_unacked_bytes
+        self._clock = clock
+        self._unacked: dict[str, int] = {}
+        self._unacked_sealed = 0
+        self.paused_by_parent = False
+        self.backpressure = False
+        self._stop_after_seal = False
+        self.records = 0
+        self.segments = 0
+        self.max_unacked_seen = 0
+
+    @property
+    def topic(self) -> str:
+        return self.fetcher.topic
+
+    @property
+    def partition(self) -> int:
+        return self.fetcher.partition
+
+    @property
+    def unacked_bytes(self) -> int:
+        return self._unacked_sealed + self.writer.open_bytes
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self) -> WorkerFinished:
+        start = self.fetcher.start()
+        self.writer.skip_to(start)
+        how: str = self.fetcher.start_position.kind
+        if self.fetcher.start_position.value is not None:
+            how += f" {self.fetcher.start_position.value}"
+        self.emit(
+            WorkerStarted(
+                topic=self.topic,
+                partition=self.partition,
+                pid=os.getpid(),
+                start_offset=start,
+                end_offset=self.fetcher.end_offset,
+                how=how,
+            )
+        )
+        try:
+            return self._loop()
+        except UnreadableCorruption as exc:
+            # Everything before the broken batch is good: publish it, then the report.
+            self._seal()
+            bad = exc.corrupt
+            self._track(
+                self.writer.write_corrupt(
+                    first_offset=bad.first_offset,
+                    last_offset=bad.last_offset,
+                    raw=bad.raw,
+                    reason=bad.reason,
+                    kind=bad.kind,
+                )
+            )
+            raise
+        finally:
+            self.fetcher.close()
+
+    def _loop(self) -> WorkerFinished:
+        while True:
+            self._apply_controls()
+            if self.inbox.stop_now.is_set():
+                self.writer.abort()
+                return self._finished("stop_now", self.writer.covered_until)
+            if self._stop_after_seal:
+                self._seal()
+                return self._finished("stopped", self._position())
+            if self.writer.due():
+                self._seal()
+            if self.fetcher.finished:
+                self._seal()
+                return self._finished("end", self._position())
+            self._update_backpressure()
+            if (self.paused_by_parent or self.backpressure) and not self.fetcher.in_flight:
+                if self.backpressure and self.writer.is_open:
+                    self._seal()
+                    continue
+                until_due = self.writer.seconds_until_due()
+                self.inbox.wait(_IDLE_WAIT if until_due is None else min(until_due, _IDLE_WAIT))
+                continue
+            self._take(self.fetcher.poll(prefetch=self._may_prefetch))
+
+    def _may_prefetch(self, result: FetchResult) -> bool:
+        if self.paused_by_parent or self._stop_after_seal or self.inbox.stop_now.is_set():
+            return False
+        incoming = result.batch.nbytes if result.batch is not None else 0
+        return self.unacked_bytes + incoming < self.max_unacked_bytes
+
+    def _take(self, result: FetchResult) -> None:
+        for reset in result.resets:
+            self._seal(next_offset=reset.old_offset)
+            self.writer.skip_to(reset.new_offset)
+            self.emit(
+                OffsetResetApplied(
+                    topic=self.topic,
+                    partition=self.partition,
+                    old_offset=reset.old_offset,
+                    new_offset=reset.new_offset,
+                    policy=reset.policy,
+                    reason=reset.reason,
+                )
+            )
+        if result.batch is not None:
+            self._append(result.batch)
+        for bad in result.corrupt:
+            self._track(
+                self.writer.write_corrupt(
+                    first_offset=bad.first_offset,
+                    last_offset=bad.last_offset,
+                    raw=bad.raw,
+                    reason=bad.reason,
+                    kind=bad.kind,
+                )
+            )
+        self.max_unacked_seen = max(self.max_unacked_seen, self.unacked_bytes)
+        if self.writer.due():
+            self._seal()
+
+    def _position(self) -> int:
+        position = self.fetcher.position
+        assert position is not None
+        return position
+
+    def _append(self, batch: pa.RecordBatch) -> None:
+        """Appends, sealing at the size bound inside the batch: a compressed Fetch answer
+        can decode to many times the bound."""
+        self.records += batch.num_rows
+        while batch.num_rows:
+            size = batch.nbytes
+            room = self.writer.room()
+            if size <= room:
+                self.writer.append(batch)
+                return
+            rows = batch.num_rows * room // size
+            if rows == 0:
+                if self.writer.is_open:
+                    self._seal(next_offset=_first_offset(batch))
+                    continue
+                rows = 1  # one record above the bound: a segment of its own
+            head, batch = batch.slice(0, rows), batch.slice(rows)
+            self.writer.append(head)
+            if batch.num_rows:
+                self._seal(next_offset=_first_offset(batch))
+
+    def _seal(self, next_offset: int | None = None) -> None:
+        sealed = self.writer.seal(self._position() if next_offset is None else next_offset)
+        if sealed is not None:
+            self.segments += 1
+            self._track(sealed)
+
+    def _track(self, item: SegmentSealed | CorruptRangeReported) -> None:
+        item_id = item.segment_id if isinstance(item, SegmentSealed) else item.corrupt_id
+        self._unacked[item_id] = item.bytes
+        self._unacked_sealed += item.bytes
+        self.emit(item)
+
+    def _finished(
+        self, reason: Literal["end", "stopped", "stop_now"], next_offset: int
+    ) -> WorkerFinished:
+        message = WorkerFinished(
+            topic=self.topic,
+            partition=self.partition,
+            reason=reason,
+            next_offset=next_offset,
+            segments=self.segments,
+            records=self.records,
+        )
+        log.info(
+            "%s/%d: finished (%s) at offset %d: %d records in %d segments",
+            self.topic,
+            self.partition,
+            reason,
+            message.next_offset,
+            self.records,
+            self.segments,
+        )
+        self.emit(message)
+        return message
+
+    # -- controls and backpressure ------------------------------------------------------
+
+    def _apply_controls(self) -> None:
+        for control in self.inbox.take():
+            if isinstance(control, Pause):
+                self.paused_by_parent = True
+            elif isinstance(control, Resume):
+                self.paused_by_parent = False
+            elif isinstance(control, StopAfterSeal):
+                self._stop_after_seal = True
+            elif isinstance(control, Release):
+                for item_id in control.item_ids:
+                    self._unacked_sealed -= self._unacked.pop(item_id, 0)
+            elif isinstance(control, StopNow):
+                pass  # inbox.stop_now is already set
+
+    def _update_backpressure(self) -> None:
+        used = self.unacked_bytes
+        if not self.backpressure and used >= self.max_unacked_bytes:
+            self.backpressure = True
+            log.info(
+                "%s/%d: %d unreleased bytes reach the cap of %d: fetching paused",
+                self.topic,
+                self.partition,
+                used,
+                self.max_unacked_bytes,
+            )
+            self.emit(BackpressureChanged(self.partition, True, used))
+        elif self.backpressure and used <= self.resume_unacked_bytes:
+            self.backpressure = False
+            log.info("%s/%d: %d unreleased bytes: fetching again", self.topic, self.partition, used)
+            self.emit(BackpressureChanged(self.partition, False, used))
+
+
+def _first_offset(batch: pa.RecordBatch) -> int:
+    value: int = batch.column(_OFFSET_COLUMN)[0].as_py()
+    return value
