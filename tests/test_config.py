@@ -1,0 +1,177 @@
+"""The TOML config: every bad input gets an error naming the file and the key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ingest.config import (
+    load_config,
+    offsets_topic_partition,
+    parse_config,
+    parse_duration,
+    parse_size,
+    render_config,
+)
+from ingest.errors import ConfigError
+
+MINIMAL = """
+[kafka]
+bootstrap_servers = ["127.0.0.1:9092"]
+
+[source]
+topics = ["events"]
+group_id = "ingest-events"
+
+[table]
+uri = "/tmp/events"
+"""
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def _parse(text: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return parse_config(text, path="conf/x.toml", env=env or {})
+
+
+def test_a_minimal_config_takes_the_defaults() -> None:
+    config = _parse(MINIMAL)
+    assert config.trigger.max_bytes == 256 * 1024**2
+    assert config.handoff.mode == "shm"
+    assert config.dead_letter_uri() == "/tmp/events_dead_letters"
+    assert config.client_config().bootstrap_servers == ("127.0.0.1:9092",)
+
+
+def test_the_issue_example_message() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        _parse(MINIMAL + '\n[trigger]\nmax_bytes = "abc"\n')
+    assert str(excinfo.value) == 'conf/x.toml: trigger.max_bytes: expected a size like "256MiB"'
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("[trigger]\nmax_bytse = 1", "conf/x.toml: trigger.max_bytse: unknown key"),
+        ('[trigger]\nmax_records = "many"', "trigger.max_records: expected an integer"),
+        ('[trigger]\nmax_age = "soon"', 'trigger.max_age: expected a duration like "30s"'),
+        ('[handoff]\nmode = "tape"', "handoff.mode: expected one of 'shm', 'files'"),
+        ('[fetch]\ncheck_crc = "yes"', "fetch.check_crc: expected true or false"),
+        ("[surprise]\nx = 1", "conf/x.toml: surprise: unknown key"),
+        ('[handoff]\nmode = "files"', 'handoff.root: mode "files" needs a root'),
+    ],
+)
+def test_bad_values_name_the_file_and_the_key(extra: str, message: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        _parse(MINIMAL + "\n" + extra + "\n")
+    assert message in str(excinfo.value)
+
+
+def test_missing_keys_and_sections_are_named() -> None:
+    with pytest.raises(ConfigError, match=r"conf/x.toml: table: missing required key"):
+        _parse(MINIMAL.split("[table]")[0])
+    with pytest.raises(ConfigError, match=r"source.group_id: missing required key"):
+        _parse(MINIMAL.replace('group_id = "ingest-events"', ""))
+
+
+def test_inconsistent_settings_are_refused() -> None:
+    with pytest.raises(
+        ConfigError, match=re.escape('table.merge_keys: mode "upsert" needs merge_keys')
+    ):
+        _parse(MINIMAL.replace('uri = "/tmp/events"', 'uri = "/tmp/e"\nmode = "upsert"'))
+    with pytest.raises(ConfigError, match=r"kafka.bootstrap_servers\[0\]: expected host:port"):
+        _parse(MINIMAL.replace('"127.0.0.1:9092"', '"nohost"'))
+    with pytest.raises(ConfigError, match=re.escape("source.heartbeat_interval: must be shorter")):
+        _parse(
+            MINIMAL.replace(
+                'group_id = "ingest-events"',
+                'group_id = "g"\nsession_timeout = "3s"\nheartbeat_interval = "3s"',
+            )
+        )
+
+
+def test_invalid_toml_and_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=re.escape("conf/x.toml: not valid TOML")):
+        _parse("[kafka\n")
+    with pytest.raises(ConfigError, match="cannot read the config"):
+        load_config(tmp_path / "absent.toml")
+
+
+SASL = MINIMAL.replace(
+    "[source]",
+    '[kafka.sasl]\nmechanism = "SCRAM-SHA-512"\nusername = "ingest"\npassword_env = "KAFKA_PW"\n\n[source]',
+).replace(
+    'bootstrap_servers = ["127.0.0.1:9092"]',
+    'bootstrap_servers = ["127.0.0.1:9092"]\nsecurity_protocol = "SASL_SSL"',
+)
+
+
+def test_secrets_come_from_the_environment_and_are_masked() -> None:
+    config = _parse(SASL, env={"KAFKA_PW": "hunter2-very-secret"})
+
+    client = config.client_config()
+    assert client.sasl is not None and client.sasl.password.reveal() == "hunter2-very-secret"
+    shown = render_config(config) + repr(config) + repr(client)
+    assert "hunter2" not in shown
+    assert 'password_env = "KAFKA_PW"  # value: ***' in render_config(config)
+
+
+def test_a_missing_secret_names_the_variable() -> None:
+    with pytest.raises(
+        ConfigError, match=re.escape("kafka.sasl.password_env: environment variable KAFKA_PW")
+    ):
+        _parse(SASL)
+
+
+def test_printed_config_loads_back_to_the_same_config() -> None:
+    config = _parse(SASL, env={"KAFKA_PW": "x"})
+    again = _parse(render_config(config), env={"KAFKA_PW": "x"})
+    assert again == config
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("256MiB", 256 * 1024**2), ("1.5GB", 1_500_000_000), ("64k", 65536), (1024, 1024), ("0", 0)],
+)
+def test_sizes(text: object, value: int) -> None:
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize(("text", "value"), [("500ms", 0.5), ("30s", 30), ("5m", 300), (2.5, 2.5)])
+def test_durations(text: object, value: float) -> None:
+    assert parse_duration(text) == value
+
+
+@pytest.mark.parametrize("text", ["abc", "-1", "12 parsecs", True, -5])
+def test_bad_sizes(text: object) -> None:
+    with pytest.raises(ValueError, match="expected a size"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("group", "partition"),
+    [
+        ("hello", 22),  # Java: "hello".hashCode() == 99162322
+        ("", 0),
+        ("polygenelubricants", 0),  # hashCode() == Integer.MIN_VALUE; Kafka's Utils.abs -> 0
+        ("\U0001f600", 49),  # UTF-16 surrogate pair: 0xD83D * 31 + 0xDE00 == 1772899
+    ],
+)
+def test_offsets_topic_partition_follows_java(group: str, partition: int) -> None:
+    assert offsets_topic_partition(group) == partition
+
+
+def test_offsets_topic_partition_count_is_configurable() -> None:
+    assert offsets_topic_partition("hello", 7) == 99162322 % 7
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in CONF_DIR.glob("*.toml")))
+def test_every_example_in_conf_loads(example: str) -> None:
+    env = {
+        "KAFKA_PASSWORD": "x",
+        "S3_ACCESS_KEY_ID": "x",
+        "S3_SECRET_ACCESS_KEY": "x",
+        "TLS_KEY_PASSWORD": "x",
+    }
+    load_config(CONF_DIR / example, env=env)
