@@ -1,0 +1,120 @@
+"""What a Delta table written by ingest looks like: ``TableConfig``.
+
+One frozen, picklable value says where the table is (``uri`` and delta-rs
+``storage_options``), which consumer group feeds it (part of every txn app id),
+how rows land (``append`` or ``upsert`` on ``merge_keys``), how values decode
+(``binary``, ``string`` or ``json`` with a Spark DDL schema), an optional SQL
+transform over the view ``batch``, the partition columns, and where dead letters
+go (by default a sibling table ``<uri>_dead_letters``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ingest.errors import ConfigError
+
+__all__ = ["BASE_COLUMNS", "DEAD_LETTER_COLUMN", "TableConfig"]
+
+WriteMode = Literal["append", "upsert"]
+ValueFormat = Literal["binary", "string", "json"]
+
+# The Kafka columns every batch starts with (``value`` is replaced by the JSON
+# fields in json format).
+BASE_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "headers")
+# A transform marks rows it rejects by a non-null string in this column.
+DEAD_LETTER_COLUMN = "_dead_letter"
+_SECRET_HINTS = ("secret", "password", "token", "session", "key_id")
+
+
+def _masked(options: Mapping[str, str]) -> dict[str, str]:
+    return {
+        key: "**********" if any(hint in key.lower() for hint in _SECRET_HINTS) else value
+        for key, value in options.items()
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableConfig:
+    """One target table.
+
+    ``date_column`` adds a DATE column (UTC day of the Kafka timestamp) under
+    that name, so tables can be partitioned by day without a transform.
+    ``dead_letter_storage_options`` default to ``storage_options``.
+    """
+
+    uri: str
+    group: str
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+    mode: WriteMode = "append"
+    merge_keys: tuple[str, ...] = ()
+    value_format: ValueFormat = "binary"
+    value_schema: str | None = None
+    transform: str | None = None
+    partition_by: tuple[str, ...] = ()
+    date_column: str | None = None
+    dead_letter_uri: str | None = None
+    dead_letter_storage_options: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.uri, str) or not self.uri.strip():
+            raise ConfigError("must name the Delta table", key="table.uri")
+        if not isinstance(self.group, str) or not self.group:
+            raise ConfigError("must name the consumer group", key="table.group")
+        if self.mode not in ("append", "upsert"):
+            raise ConfigError(f"must be append or upsert, got {self.mode!r}", key="table.mode")
+        object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
+        object.__setattr__(self, "partition_by", tuple(self.partition_by))
+        object.__setattr__(self, "storage_options", dict(self.storage_options))
+        if self.mode == "upsert" and not self.merge_keys:
+            raise ConfigError("upsert mode needs merge_keys", key="table.merge_keys")
+        if self.mode == "append" and self.merge_keys:
+            raise ConfigError("merge_keys only apply to upsert mode", key="table.merge_keys")
+        if self.value_format not in ("binary", "string", "json"):
+            raise ConfigError(
+                f"must be binary, string or json, got {self.value_format!r}",
+                key="table.value_format",
+            )
+        if self.value_format == "json" and not self.value_schema:
+            raise ConfigError("json values need a Spark DDL schema", key="table.value_schema")
+        if self.value_format != "json" and self.value_schema:
+            raise ConfigError("a value schema only applies to json", key="table.value_schema")
+        if self.transform is not None and not self.transform.strip():
+            raise ConfigError("an empty transform; leave it unset", key="table.transform")
+        if self.date_column is not None and self.date_column in (*BASE_COLUMNS, "value"):
+            raise ConfigError(
+                f"{self.date_column!r} is a Kafka column name", key="table.date_column"
+            )
+        if len(set(self.partition_by)) != len(self.partition_by):
+            raise ConfigError("a column is named twice", key="table.partition_by")
+        if self.dead_letter_uri is None:
+            object.__setattr__(self, "dead_letter_uri", self.uri.rstrip("/") + "_dead_letters")
+        if self.dead_letter_uri == self.uri:
+            raise ConfigError("must differ from the table uri", key="table.dead_letter_uri")
+        options = self.dead_letter_storage_options
+        object.__setattr__(
+            self,
+            "dead_letter_storage_options",
+            dict(self.storage_options if options is None else options),
+        )
+
+    @property
+    def dead_letters(self) -> str:
+        assert self.dead_letter_uri is not None
+        return self.dead_letter_uri
+
+    @property
+    def dead_letter_options(self) -> dict[str, str]:
+        return dict(self.dead_letter_storage_options or {})
+
+    def __repr__(self) -> str:
+        return (
+            f"TableConfig(uri={self.uri!r}, group={self.group!r}, mode={self.mode!r}, "
+            f"merge_keys={self.merge_keys!r}, value_format={self.value_format!r}, "
+            f"value_schema={self.value_schema!r}, transform={self.transform!r}, "
+            f"partition_by={self.partition_by!r}, date_column={self.date_column!r}, "
+            f"dead_letter_uri={self.dead_letter_uri!r}, "
+            f"storage_options={_masked(self.storage_options)!r})"
+        )

@@ -1,0 +1,115 @@
+"""The dead-letter table: records that could not land, with their provenance.
+
+One row per bad record (or per corrupt batch): the Kafka coordinates, the raw
+key, value and headers, the stage that refused it (``decode``: the value does
+not parse as configured; ``transform``: the SQL transform marked the row in
+``_dead_letter``; ``corrupt batch``: the record batch itself failed its checks,
+``value`` then holds the batch's raw bytes and ``offset`` its first offset),
+the error and when ingest wrote it. The table is unpartitioned.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from ingest.handoff import CorruptRangeReported
+
+__all__ = [
+    "DEAD_LETTER_SCHEMA",
+    "HEADERS_TYPE",
+    "STAGE_CORRUPT",
+    "STAGE_DECODE",
+    "STAGE_TRANSFORM",
+    "corrupt_dead_letters",
+    "dead_letters",
+]
+
+STAGE_DECODE = "decode"
+STAGE_TRANSFORM = "transform"
+STAGE_CORRUPT = "corrupt batch"
+
+# Headers as Spark and Delta see them: array<struct<key string, value binary>>.
+HEADERS_TYPE = pa.list_(
+    pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+)
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", _TIMESTAMP),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS_TYPE),
+        pa.field("error_stage", pa.string()),
+        pa.field("error_message", pa.string()),
+        pa.field("ingest_time", _TIMESTAMP),
+    ]
+)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def dead_letters(
+    records: pa.Table,
+    stage: str,
+    messages: Sequence[str] | pa.Array,
+    *,
+    ingest_time: dt.datetime | None = None,
+) -> pa.Table:
+    """Dead-letter rows for ``records`` (Kafka columns, raw binary ``value``)."""
+    count = records.num_rows
+    if len(messages) != count:
+        raise ValueError(f"{len(messages)} messages for {count} records")
+    moment = ingest_time or _now()
+
+    def column(name: str, kind: pa.DataType) -> pa.Array | pa.ChunkedArray:
+        if name in records.column_names:
+            return records.column(name).cast(kind)
+        return pa.nulls(count, kind)
+
+    arrays = [
+        column("topic", pa.string()),
+        column("partition", pa.int32()),
+        column("offset", pa.int64()),
+        column("timestamp", _TIMESTAMP),
+        column("key", pa.binary()),
+        column("value", pa.binary()),
+        column("headers", HEADERS_TYPE),
+        pa.array([stage] * count, pa.string()),
+        pa.array(messages, pa.string()),
+        pa.array([moment] * count, _TIMESTAMP),
+    ]
+    return pa.Table.from_arrays(arrays, schema=DEAD_LETTER_SCHEMA)
+
+
+def corrupt_dead_letters(
+    reports: Sequence[tuple[CorruptRangeReported, bytes]],
+    *,
+    ingest_time: dt.datetime | None = None,
+) -> pa.Table:
+    """One row per corrupt batch: its raw bytes as the value, its first offset."""
+    moment = ingest_time or _now()
+    rows = {name: [] for name in DEAD_LETTER_SCHEMA.names}  # type: ignore[var-annotated]
+    for report, raw in reports:
+        last = "?" if report.last_offset is None else str(report.last_offset)
+        rows["topic"].append(report.topic)
+        rows["partition"].append(report.partition)
+        rows["offset"].append(report.first_offset)
+        rows["timestamp"].append(None)
+        rows["key"].append(None)
+        rows["value"].append(raw)
+        rows["headers"].append([])
+        rows["error_stage"].append(STAGE_CORRUPT)
+        rows["error_message"].append(
+            f"{report.kind}: {report.reason} (offsets {report.first_offset}-{last})"
+        )
+        rows["ingest_time"].append(moment)
+    return pa.table(rows, schema=DEAD_LETTER_SCHEMA)

@@ -1,0 +1,398 @@
+"""One Delta table seen by the driver: txn versions, schema, and the one commit per batch.
+
+``DeltaTarget.commit_files`` commits files written elsewhere (by Spark tasks,
+with pyarrow) in ONE delta-rs transaction together with one ``txn`` action per
+source partition. The loop it runs, until the commit lands or gives up:
+
+1. Load the table (none yet: it will be created by this very commit, with the
+   batch's schema and partition columns).
+2. Read the txn version of every app id of the batch. Where a version moved
+   past what the batch was filtered with (a concurrent writer of the same
+   partitions won a race), re-filter: drop the files whose rows are all covered
+   now, rewrite the ones that are partly covered (deleting the old file). A file
+   that does not say which offsets it holds cannot be re-filtered:
+   ``StaleBatchError`` tells the caller to redo the batch.
+3. Keep only txn versions above the table's (never move a version back). With
+   no file and no txn left, the batch is already durable: nothing is committed.
+4. Check that every file exists with its size (delta-rs does not), evolve the
+   schema additively if the batch has new columns, commit.
+5. ``CommitFailedError`` (a concurrent transaction conflicted, e.g. one that
+   wrote the same app ids) or a lost creation race: back off and go to 1.
+
+A commit that gives up deletes the files it would have added, so a lost race
+leaves no orphans behind. The committed version is found in the history by a
+token the commit carries in its commitInfo (``ingest.commit``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Field, Schema, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from ingest.errors import SinkError
+from ingest.sink.files import FOOTER_KEY, DataFile, delta_stats, sources_of, write_parquet
+from ingest.sink.storage import TableLocation
+
+__all__ = ["CommitOutcome", "DeltaTarget", "StaleBatchError", "schema_changes"]
+
+log = logging.getLogger("ingest.sink")
+
+COMMIT_TOKEN_KEY = "ingest.commit"
+PartitionKey = tuple[str, int]
+
+
+class StaleBatchError(SinkError):
+    """A concurrent writer covered offsets of this batch and its files cannot be
+    re-filtered in place: the caller must redo the batch from its segments."""
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What a commit did: the table version holding the batch (None when nothing
+    needed committing and the table does not exist), the files and rows it
+    added, and the txn version of every app id afterwards."""
+
+    version: int | None
+    files: tuple[DataFile, ...]
+    rows: int
+    txn_versions: Mapping[str, int | None]
+    attempts: int
+    committed: bool
+    dropped_rows: int = 0
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)
+
+
+def _type_json(delta_field: Field) -> object:
+    return json.loads(delta_field.to_json())["type"]
+
+
+def schema_changes(table_schema: Schema, batch_schema: pa.Schema) -> list[Field]:
+    """The columns a batch adds to a table; raises ``SinkError`` naming every column
+    whose type differs (only nullable top-level additions are evolved)."""
+    existing = {f.name: f for f in table_schema.fields}
+    incoming = Schema.from_arrow(batch_schema).fields
+    clashes = [
+        f"{f.name} (table {json.dumps(_type_json(existing[f.name]))}, "
+        f"batch {json.dumps(_type_json(f))})"
+        for f in incoming
+        if f.name in existing and _type_json(f) != _type_json(existing[f.name])
+    ]
+    if clashes:
+        raise SinkError(
+            "the batch's schema is incompatible with the table's; columns: " + "; ".join(clashes)
+        )
+    return [Field(f.name, f.type, nullable=True) for f in incoming if f.name not in existing]
+
+
+def nullable_schema(schema: pa.Schema) -> pa.Schema:
+    """Every top-level column nullable: older rows lack new columns, and Delta's
+    NOT NULL would be an invariant the files written here do not promise."""
+    return pa.schema([f.with_nullable(True) for f in schema], metadata=None)
+
+
+class DeltaTarget:
+    """One Delta table the driver commits to."""
+
+    def __init__(
+        self,
+        location: TableLocation,
+        *,
+        partition_by: Sequence[str] = (),
+        max_attempts: int = 20,
+        backoff_seconds: float = 0.05,
+        max_backoff_seconds: float = 2.0,
+    ) -> None:
+        self.location = location
+        self.partition_by = tuple(partition_by)
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.max_backoff_seconds = max_backoff_seconds
+
+    def __repr__(self) -> str:
+        return f"DeltaTarget({self.location.uri!r})"
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri
+
+    # -- reading -----------------------------------------------------------------------
+
+    def load(self) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.uri, storage_options=self.location.delta_options())
+        except TableNotFoundError:
+            return None
+        except DeltaError as exc:
+            raise SinkError(f"{self.uri}: cannot load the table: {exc}") from exc
+
+    @staticmethod
+    def versions_in(table: DeltaTable | None, app_ids: Sequence[str]) -> dict[str, int | None]:
+        if table is None:
+            return dict.fromkeys(app_ids)
+        return {app: table.transaction_version(app) for app in app_ids}
+
+    def versions(self, app_ids: Sequence[str]) -> dict[str, int | None]:
+        return self.versions_in(self.load(), app_ids)
+
+    def check_partitioning(self, table: DeltaTable | None) -> None:
+        if table is None:
+            return
+        existing = tuple(table.metadata().partition_columns)
+        if existing != self.partition_by:
+            raise SinkError(
+                f"{self.uri} is partitioned by {list(existing)}, the configuration says "
+                f"{list(self.partition_by)}"
+            )
+
+    # -- committing --------------------------------------------------------------------
+
+    def commit_files(
+        self,
+        files: Sequence[DataFile],
+        txns: Mapping[str, int],
+        schema: pa.Schema,
+        *,
+        planned: Mapping[str, int | None],
+        app_id_of: Callable[[str, int], str],
+    ) -> CommitOutcome:
+        """Commits ``files`` with ``txns`` (app id -> last offset) in one transaction.
+
+        ``planned`` are the txn versions the files were filtered with; ``app_id_of``
+        maps a file's (topic, partition) to its app id."""
+        pending = list(files)
+        dropped = 0
+        schema = nullable_schema(schema)
+        # Set while a commit's outcome is unknown: its files must then stay.
+        in_doubt = False
+        try:
+            for attempt in range(1, self.max_attempts + 1):
+                table = self.load()
+                self.check_partitioning(table)
+                current = self.versions_in(table, list(txns))
+                pending, lost = self._refilter(pending, planned, current, app_id_of, attempt)
+                dropped += lost
+                wanted = {
+                    app: version
+                    for app, version in txns.items()
+                    if current.get(app) is None or version > current[app]  # type: ignore[operator]
+                }
+                if not pending and not wanted:
+                    return CommitOutcome(
+                        version=None if table is None else table.version(),
+                        files=(),
+                        rows=0,
+                        txn_versions=current,
+                        attempts=attempt,
+                        committed=False,
+                        dropped_rows=dropped,
+                    )
+                self._check_files(pending)
+                token = uuid.uuid4().hex
+                properties = CommitProperties(
+                    custom_metadata={COMMIT_TOKEN_KEY: token},
+                    app_transactions=[Transaction(app, v) for app, v in sorted(wanted.items())],
+                )
+                adds = [f.add_action() for f in pending]
+                if table is not None:
+                    try:
+                        if self.evolve(table, schema):
+                            table = self.load() or table
+                    except CommitFailedError:
+                        self._sleep(attempt)
+                        continue
+                in_doubt = True
+                try:
+                    if table is None:
+                        create_table_with_add_actions(
+                            self.uri,
+                            Schema.from_arrow(schema),
+                            adds,
+                            mode="error",
+                            partition_by=list(self.partition_by) or None,
+                            storage_options=self.location.delta_options(),
+                            commit_properties=properties,
+                        )
+                    else:
+                        actions: list[AddAction | RemoveAction] = list(adds)
+                        table.create_write_transaction(
+                            actions,
+                            "append",
+                            table.schema(),
+                            partition_by=list(self.partition_by) or None,
+                            commit_properties=properties,
+                        )
+                except CommitFailedError as exc:
+                    in_doubt = False
+                    log.info("%s: commit attempt %d lost a race: %s", self.uri, attempt, exc)
+                    self._sleep(attempt)
+                    continue
+                except DeltaError as exc:
+                    if table is None and "already exists" in str(exc):
+                        in_doubt = False
+                        self._sleep(attempt)
+                        continue  # another writer created it first
+                    raise SinkError(f"{self.uri}: commit failed: {exc}") from exc
+                break
+            else:
+                raise SinkError(f"{self.uri}: no commit after {self.max_attempts} attempts")
+        except BaseException:
+            if in_doubt:
+                log.error(
+                    "%s: commit outcome unknown; keeping its %d files", self.uri, len(pending)
+                )
+            else:
+                self.location.delete(f.path for f in pending)
+            raise
+        return CommitOutcome(
+            version=self._version_of(token),
+            files=tuple(pending),
+            rows=sum(f.rows for f in pending),
+            txn_versions={**current, **wanted},
+            attempts=attempt,
+            committed=True,
+            dropped_rows=dropped,
+        )
+
+    def commit_txns(self, txns: Mapping[str, int], schema: pa.Schema) -> CommitOutcome:
+        """A commit holding only txn actions (e.g. after a merge that changed nothing)."""
+        return self.commit_files(
+            [], txns, schema, planned=dict.fromkeys(txns), app_id_of=lambda t, p: ""
+        )
+
+    def evolve(self, table: DeltaTable, schema: pa.Schema) -> bool:
+        """Adds the batch's new columns to the table (a commit of its own)."""
+        added = schema_changes(table.schema(), schema)
+        if not added:
+            return False
+        log.info("%s: adding columns %s", self.uri, [f.name for f in added])
+        table.alter.add_columns(added)
+        return True
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _sleep(self, attempt: int) -> None:
+        ceiling = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempt - 1))
+        time.sleep(random.uniform(ceiling / 2, ceiling))
+
+    def _version_of(self, token: str) -> int:
+        table = self.load()
+        assert table is not None
+        for entry in table.history(limit=50):
+            if entry.get(COMMIT_TOKEN_KEY) == token:
+                return int(entry["version"])
+        raise SinkError(f"{self.uri}: committed, but the commit is not in the last 50 versions")
+
+    def _check_files(self, files: Sequence[DataFile]) -> None:
+        if not files:
+            return
+        sizes = self.location.sizes(f.path for f in files)
+        wrong = [
+            f"{f.path} ({'missing' if sizes[f.path] is None else f'{sizes[f.path]} bytes'}, "
+            f"expected {f.size})"
+            for f in files
+            if sizes[f.path] != f.size
+        ]
+        if wrong:
+            raise SinkError(f"{self.uri}: data files to commit are not as written: {wrong}")
+
+    def _refilter(
+        self,
+        files: list[DataFile],
+        planned: Mapping[str, int | None],
+        current: Mapping[str, int | None],
+        app_id_of: Callable[[str, int], str],
+        attempt: int,
+    ) -> tuple[list[DataFile], int]:
+        moved = {
+            app
+            for app, version in current.items()
+            if version is not None and (planned.get(app) is None or version > planned[app])  # type: ignore[operator]
+        }
+        if not moved or not files:
+            return files, 0
+        kept: list[DataFile] = []
+        dropped = 0
+        for data_file in files:
+            if not data_file.sources:
+                raise StaleBatchError(
+                    f"{self.uri}: a concurrent writer covered offsets of this batch and "
+                    f"{data_file.path} does not say which offsets it holds"
+                )
+            cut: dict[PartitionKey, int] = {}
+            for source in data_file.sources:
+                app = app_id_of(source.topic, source.partition)
+                version = current.get(app)
+                if app in moved and version is not None and source.min_offset <= version:
+                    cut[(source.topic, source.partition)] = version
+            if not cut:
+                kept.append(data_file)
+                continue
+            rewritten = self._rewrite(data_file, cut, attempt)
+            self.location.delete([data_file.path])
+            dropped += data_file.rows - (rewritten.rows if rewritten else 0)
+            if rewritten is not None:
+                kept.append(rewritten)
+        log.info("%s: re-filtered after a concurrent commit; %d rows dropped", self.uri, dropped)
+        return kept, dropped
+
+    def _rewrite(
+        self, data_file: DataFile, cut: Mapping[PartitionKey, int], attempt: int
+    ) -> DataFile | None:
+        """The file without rows at or below ``cut``'s offsets (None when none is left)."""
+        if all(
+            (s.topic, s.partition) in cut and s.max_offset <= cut[(s.topic, s.partition)]
+            for s in data_file.sources
+        ):
+            return None
+        filesystem, root = self.location.filesystem()
+        with filesystem.open_input_file(f"{root}/{data_file.path}") as handle:
+            rows = pq.read_table(handle)
+        drop = None
+        for (topic, partition), version in cut.items():
+            covered = pc.and_(
+                pc.and_(
+                    pc.equal(rows.column("topic"), topic),
+                    pc.equal(rows.column("partition"), partition),
+                ),
+                pc.less_equal(rows.column("offset"), version),
+            )
+            drop = covered if drop is None else pc.or_(drop, covered)
+        remaining = rows.filter(pc.invert(drop))
+        if remaining.num_rows == 0:
+            return None
+        directory, _, name = data_file.path.rpartition("/")
+        relative = f"{directory}/r{attempt}-{name}" if directory else f"r{attempt}-{name}"
+        described = DataFile(
+            path=relative,
+            size=0,
+            partition_values=data_file.partition_values,
+            rows=remaining.num_rows,
+            stats=delta_stats(remaining),
+            sources=sources_of(remaining),
+            modification_time=0,
+        )
+        metadata = {**(remaining.schema.metadata or {}), FOOTER_KEY: described.to_json().encode()}
+        with filesystem.open_output_stream(f"{root}/{relative}") as stream:
+            write_parquet(remaining.replace_schema_metadata(metadata), stream)
+        size = filesystem.get_file_info(f"{root}/{relative}").size
+        return DataFile(
+            path=relative,
+            size=int(size),
+            partition_values=data_file.partition_values,
+            rows=remaining.num_rows,
+            stats=described.stats,
+            sources=described.sources,
+            modification_time=int(time.time() * 1000),
+        )

@@ -1,0 +1,190 @@
+"""Upsert mode: MERGE a batch into the table by its merge keys, with the batch's txn actions.
+
+The batch is first re-filtered by the table's txn versions (invariant 2 holds
+for upserts too) and deduplicated by key, the highest offset winning; delta-rs
+refuses a source with duplicate keys. Then::
+
+    MERGE INTO t USING s ON t.k1 = s.k1 AND ...
+    WHEN MATCHED AND (s.partition <> t.partition OR s.offset > t.offset) THEN UPDATE *
+    WHEN NOT MATCHED THEN INSERT *
+
+so a replay of older offsets never overwrites newer values of the same
+partition (offsets of different partitions are not comparable: a key that
+moved partition takes the value merged last). A merge that changes nothing
+makes no commit and would lose its txn actions, so those are then recorded by
+an empty commit. ``CommitFailedError`` (a concurrent merge won): back off,
+re-read the txn versions, re-filter and merge again. Files written by a merge
+that lost its race are left for VACUUM (delta-rs does not name them).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from ingest.errors import SinkError
+from ingest.sink.delta import COMMIT_TOKEN_KEY, CommitOutcome, DeltaTarget, nullable_schema
+
+__all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert"]
+
+log = logging.getLogger("ingest.sink")
+
+UPDATE_WHEN = "s.`partition` <> t.`partition` OR s.`offset` > t.`offset`"
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def merge_predicate(keys: Sequence[str]) -> str:
+    return " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
+
+
+def null_key_rows(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Mask of rows with a null merge key (they cannot be upserted)."""
+    mask = np.zeros(table.num_rows, bool)
+    for key in keys:
+        column = table.column(key)
+        if column.null_count:
+            mask |= column.is_null().to_numpy(zero_copy_only=False)
+    return mask
+
+
+def latest_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """One row per key: the one with the highest offset."""
+    if table.num_rows <= 1:
+        return table
+    order = pc.sort_indices(table.column("offset"), sort_keys=[("", "ascending")])
+    ranked = table.take(order)
+    keyed = ranked.select(list(keys)).append_column(
+        "__row", pa.array(np.arange(ranked.num_rows, dtype=np.int64))
+    )
+    last = keyed.group_by(list(keys), use_threads=False).aggregate([("__row", "last")])
+    if last.num_rows == ranked.num_rows:
+        return table
+    rows = pc.sort_indices(last.column("__row_last"))
+    return ranked.take(last.column("__row_last").take(rows))
+
+
+def _refilter(
+    table: pa.Table,
+    current: Mapping[str, int | None],
+    app_id_of: Callable[[str, int], str],
+) -> pa.Table:
+    if table.num_rows == 0:
+        return table
+    drop = None
+    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+    for row in pairs.to_pylist():
+        version = current.get(app_id_of(row["topic"], row["partition"]))
+        if version is None:
+            continue
+        covered = pc.and_(
+            pc.and_(
+                pc.equal(table.column("topic"), row["topic"]),
+                pc.equal(table.column("partition"), row["partition"]),
+            ),
+            pc.less_equal(table.column("offset"), version),
+        )
+        drop = covered if drop is None else pc.or_(drop, covered)
+    return table if drop is None else table.filter(pc.invert(drop))
+
+
+def upsert(
+    target: DeltaTarget,
+    source: pa.Table,
+    *,
+    merge_keys: Sequence[str],
+    txns: Mapping[str, int],
+    app_id_of: Callable[[str, int], str],
+) -> CommitOutcome:
+    """Merges ``source`` (rows with topic, partition, offset and the merge keys) into
+    the table, recording ``txns`` (app id -> last offset) with it."""
+    missing = [
+        c for c in (*merge_keys, "topic", "partition", "offset") if c not in source.schema.names
+    ]
+    if missing:
+        raise SinkError(f"{target.uri}: upsert rows lack the columns {missing}")
+    schema = nullable_schema(source.schema)
+    source = source.cast(schema)
+    for attempt in range(1, target.max_attempts + 1):
+        table = target.load()
+        target.check_partitioning(table)
+        if table is None:
+            try:
+                DeltaTable.create(
+                    target.uri,
+                    schema,
+                    partition_by=list(target.partition_by) or None,
+                    mode="error",
+                    storage_options=target.location.delta_options(),
+                )
+            except DeltaError as exc:
+                if "already exists" not in str(exc):
+                    raise SinkError(f"{target.uri}: cannot create the table: {exc}") from exc
+            continue
+        current = DeltaTarget.versions_in(table, list(txns))
+        rows = latest_per_key(_refilter(source, current, app_id_of), merge_keys)
+        wanted = {
+            app: version
+            for app, version in txns.items()
+            if current.get(app) is None or version > current[app]  # type: ignore[operator]
+        }
+        if rows.num_rows == 0 and not wanted:
+            return CommitOutcome(table.version(), (), 0, current, attempt, committed=False)
+        token = uuid.uuid4().hex
+        try:
+            if target.evolve(table, schema):
+                table = target.load() or table
+            metrics: dict[str, int] = {}
+            if rows.num_rows:
+                metrics = (
+                    table.merge(
+                        rows,
+                        predicate=merge_predicate(merge_keys),
+                        source_alias="s",
+                        target_alias="t",
+                        commit_properties=CommitProperties(
+                            custom_metadata={COMMIT_TOKEN_KEY: token},
+                            app_transactions=[
+                                Transaction(app, v) for app, v in sorted(wanted.items())
+                            ],
+                        ),
+                    )
+                    .when_matched_update_all(predicate=UPDATE_WHEN)
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
+        except CommitFailedError as exc:
+            log.info("%s: merge attempt %d lost a race: %s", target.uri, attempt, exc)
+            target._sleep(attempt)
+            continue
+        except DeltaError as exc:
+            raise SinkError(f"{target.uri}: merge failed: {exc}") from exc
+        after = target.versions(list(wanted))
+        if any(after[app] != version for app, version in wanted.items()):
+            # The merge changed nothing, so it made no commit: record the txns alone.
+            outcome = target.commit_txns(wanted, schema)
+            version = outcome.version
+        else:
+            version = target._version_of(token)
+        changed = int(metrics.get("num_target_rows_inserted", 0)) + int(
+            metrics.get("num_target_rows_updated", 0)
+        )
+        return CommitOutcome(
+            version,
+            (),
+            changed,
+            {**current, **wanted},
+            attempt,
+            committed=True,
+            dropped_rows=source.num_rows - rows.num_rows,
+        )
+    raise SinkError(f"{target.uri}: no merge after {target.max_attempts} attempts")

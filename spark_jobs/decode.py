@@ -1,0 +1,354 @@
+"""Segment records to table rows: Spark-compatible types, offset filter, value decoding.
+
+Pure pyarrow, run inside Spark's Python tasks (and usable anywhere). A segment
+holds ``RECORD_SCHEMA`` batches; Spark takes none of its dictionary topic or
+millisecond timestamps, so ``spark_records`` casts them (topic to string,
+timestamp to ``timestamp[us, UTC]``, headers to ``array<struct<key, value>>``).
+
+Values decode by the table's ``value_format``:
+
+* ``binary``: kept as they are.
+* ``string``: UTF-8 checked; a value that is not UTF-8 is a dead letter.
+* ``json``: the fields of the configured schema become columns (``value`` is
+  dropped). A whole segment parses at once with ``pyarrow.json`` over the
+  values joined by newlines. That is only sound when every line is one value, so
+  values holding a newline, or not starting with ``{``, are first normalized
+  one by one with orjson (which also rejects what is not one JSON object); the
+  line count is then checked, and a block that fails is bisected down to
+  single records, whose errors become dead letters. A null value (tombstone)
+  is a row whose fields are all null.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+
+from ingest.errors import ConfigError
+from ingest.sink.config import BASE_COLUMNS, DEAD_LETTER_COLUMN
+from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
+
+__all__ = [
+    "DecodeSpec",
+    "Decoded",
+    "decode",
+    "drop_through",
+    "spark_records",
+]
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+_LEAF = 16
+_NEWLINES = re.compile(rb"[\r\n]")
+_OPEN_BRACE = ord("{")
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """How a batch's values become columns (picklable; built on the driver)."""
+
+    value_format: str = "binary"
+    json_schema: pa.Schema | None = None
+    date_column: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.value_format == "json":
+            if self.json_schema is None:
+                raise ConfigError("json values need a schema", key="table.value_schema")
+            taken = {*BASE_COLUMNS, "value", DEAD_LETTER_COLUMN}
+            if self.date_column:
+                taken.add(self.date_column)
+            clashes = sorted(set(self.json_schema.names) & taken)
+            if clashes:
+                raise ConfigError(
+                    f"value fields {clashes} collide with the Kafka columns",
+                    key="table.value_schema",
+                )
+
+    def record_schema(self) -> pa.Schema:
+        """The Kafka columns (value as configured, json: raw binary)."""
+        value = pa.string() if self.value_format == "string" else pa.binary()
+        return pa.schema(
+            [
+                pa.field("topic", pa.string()),
+                pa.field("partition", pa.int32()),
+                pa.field("offset", pa.int64()),
+                pa.field("timestamp", TIMESTAMP),
+                pa.field("timestamp_type", pa.int8()),
+                pa.field("key", pa.binary()),
+                pa.field("value", value),
+                pa.field("headers", HEADERS_TYPE),
+            ]
+        )
+
+    def output_schema(self) -> pa.Schema:
+        fields = list(self.record_schema())
+        if self.value_format == "json":
+            fields = [f for f in fields if f.name != "value"]
+        if self.date_column:
+            fields.append(pa.field(self.date_column, pa.date32()))
+        if self.value_format == "json":
+            assert self.json_schema is not None
+            fields.extend(f.with_nullable(True) for f in self.json_schema)
+        return pa.schema(fields)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    rows: pa.Table  # output_schema
+    dead: pa.Table  # DEAD_LETTER_SCHEMA
+
+
+def spark_records(segment: pa.Table) -> pa.Table:
+    """A segment's records in the types Spark and Delta take (value still binary)."""
+    columns = [
+        segment.column("topic").cast(pa.string()),
+        segment.column("partition"),
+        segment.column("offset"),
+        segment.column("timestamp").cast(TIMESTAMP),
+        segment.column("timestamp_type"),
+        segment.column("key"),
+        segment.column("value"),
+        segment.column("headers").cast(HEADERS_TYPE),
+    ]
+    return pa.Table.from_arrays(
+        columns,
+        names=[
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            "timestamp_type",
+            "key",
+            "value",
+            "headers",
+        ],
+    )
+
+
+def drop_through(records: pa.Table, offset: int | None) -> pa.Table:
+    """The records above ``offset`` (all of them when it is None)."""
+    if offset is None or records.num_rows == 0:
+        return records
+    offsets = records.column("offset")
+    if pc.min(offsets).as_py() > offset:
+        return records
+    return records.filter(pc.greater(offsets, offset))
+
+
+def decode(
+    records: pa.Table, spec: DecodeSpec, *, ingest_time: dt.datetime | None = None
+) -> Decoded:
+    """Decodes ``spark_records`` output into rows of ``spec.output_schema()`` and
+    dead letters."""
+    schema = spec.output_schema()
+    if spec.value_format == "binary":
+        good, bad, messages = records, None, list[str]()
+    elif spec.value_format == "string":
+        good_index, errors = _utf8(records.column("value").combine_chunks())
+        good, bad, messages = _split(records, good_index, errors)
+        good = good.set_column(
+            good.schema.get_field_index("value"), "value", good.column("value").cast(pa.string())
+        )
+    else:
+        assert spec.json_schema is not None
+        values = records.column("value").combine_chunks()
+        fields, good_index, errors = _json(values, spec.json_schema)
+        good, bad, messages = _split(records, good_index, errors)
+        good = good.drop_columns(["value"])
+        for name in spec.json_schema.names:
+            good = good.append_column(name, fields.column(name))
+    if spec.date_column:
+        days = good.column("timestamp").cast(pa.date32())
+        good = good.append_column(spec.date_column, days)
+    rows = good.select(schema.names).cast(schema)
+    if bad is None or bad.num_rows == 0:
+        dead = dead_letters(records.slice(0, 0), STAGE_DECODE, [], ingest_time=ingest_time)
+    else:
+        dead = dead_letters(bad, STAGE_DECODE, messages, ingest_time=ingest_time)
+    return Decoded(rows, dead)
+
+
+def _split(
+    records: pa.Table, good_index: np.ndarray, errors: list[tuple[int, str]]
+) -> tuple[pa.Table, pa.Table | None, list[str]]:
+    if not errors:
+        return records, None, []
+    bad_index = np.fromiter((i for i, _ in errors), np.int64, len(errors))
+    return (
+        records.take(pa.array(good_index)),
+        records.take(pa.array(bad_index)),
+        [message for _, message in errors],
+    )
+
+
+# -- string --------------------------------------------------------------------------------
+
+
+def _utf8(values: pa.Array) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    count = len(values)
+
+    def check(lo: int, hi: int) -> bool:
+        try:
+            values.slice(lo, hi - lo).cast(pa.string())
+            return True
+        except pa.ArrowInvalid:
+            return False
+
+    errors: list[tuple[int, str]] = []
+
+    def leaf(i: int) -> None:
+        raw = values[i].as_py()
+        if raw is None:
+            return
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            errors.append((i, f"value is not UTF-8: {exc}"))
+
+    _bisect(0, count, check, leaf)
+    bad = {i for i, _ in errors}
+    good = np.fromiter((i for i in range(count) if i not in bad), np.int64) if bad else None
+    return (np.arange(count, dtype=np.int64) if good is None else good), sorted(errors)
+
+
+def _bisect(
+    lo: int, hi: int, check: Callable[[int, int], bool], leaf: Callable[[int], None]
+) -> None:
+    """Calls ``leaf`` for each index of every failing run of at most _LEAF items."""
+    if hi <= lo or check(lo, hi):
+        return
+    if hi - lo <= _LEAF:
+        for i in range(lo, hi):
+            leaf(i)
+        return
+    middle = (lo + hi) // 2
+    _bisect(lo, middle, check, leaf)
+    _bisect(middle, hi, check, leaf)
+
+
+# -- json ------------------------------------------------------------------------------------
+
+
+def _parse_block(lines: pa.Array, schema: pa.Schema) -> pa.Table | str:
+    """The rows of newline-free JSON objects, one per line, or the error."""
+    count = len(lines)
+    if count == 0:
+        return schema.empty_table()
+    joined = pc.binary_join(
+        pa.ListArray.from_arrays(pa.array([0, count], pa.int32()), lines), b"\n"
+    )
+    # One value: its bytes are the whole data buffer of the joined array.
+    offsets = np.frombuffer(joined.buffers()[1], np.int32, 2)
+    body = joined.buffers()[2].slice(int(offsets[0]), int(offsets[1] - offsets[0]))
+    try:
+        table = pajson.read_json(
+            pa.BufferReader(body),
+            read_options=pajson.ReadOptions(block_size=16 << 20),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        return str(exc)
+    if table.num_rows != count:
+        return f"{count} values gave {table.num_rows} rows"
+    return table
+
+
+def _needs_normalizing(values: pa.Array) -> np.ndarray:
+    """Indices of non-null values that may not be exactly one line holding one object."""
+    count = len(values)
+    if count == 0:
+        return np.empty(0, np.int64)
+    offsets = np.frombuffer(values.buffers()[1], np.int32, values.offset + count + 1)
+    offsets = offsets[values.offset :]
+    data_buffer = values.buffers()[2]
+    valid = (
+        np.ones(count, bool)
+        if values.null_count == 0
+        else values.is_valid().to_numpy(zero_copy_only=False)
+    )
+    lengths = np.diff(offsets)
+    suspect = valid & (lengths == 0)
+    if data_buffer is not None and len(data_buffer):
+        data = np.frombuffer(data_buffer, np.uint8)
+        starts = np.minimum(offsets[:-1], len(data) - 1)
+        suspect |= valid & (lengths > 0) & (data[starts] != _OPEN_BRACE)
+        raw = data_buffer.to_pybytes()[offsets[0] : offsets[-1]]
+        if _NEWLINES.search(raw) is not None:
+            positions = np.fromiter(
+                (m.start() + int(offsets[0]) for m in _NEWLINES.finditer(raw)), np.int64
+            )
+            owners = np.searchsorted(offsets, positions, side="right") - 1
+            suspect[owners] |= valid[owners]
+    return np.flatnonzero(suspect)
+
+
+def _json(
+    values: pa.Array, schema: pa.Schema
+) -> tuple[pa.Table, np.ndarray, list[tuple[int, str]]]:
+    """(fields of the good values, their indices, (index, error) of the bad ones)."""
+    count = len(values)
+    values = values.cast(pa.binary())
+    errors: dict[int, str] = {}
+    replaced: dict[int, bytes] = {}
+    for i in _needs_normalizing(values).tolist():
+        raw = values[i].as_py()
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            errors[i] = f"invalid JSON: {exc}"
+            continue
+        if not isinstance(parsed, dict):
+            errors[i] = f"not a JSON object: a {type(parsed).__name__}"
+            continue
+        replaced[i] = orjson.dumps(parsed)
+    if values.null_count:
+        for i in np.flatnonzero(~values.is_valid().to_numpy(zero_copy_only=False)).tolist():
+            replaced[i] = b"{}"  # a tombstone: every field null
+    lines = values
+    if replaced:
+        patch_index = np.fromiter(replaced, np.int64, len(replaced))
+        index = np.arange(count, dtype=np.int64)
+        index[patch_index] = count + np.arange(len(patch_index))
+        patches = pa.array(list(replaced.values()), pa.binary())
+        lines = pa.concat_arrays([values, patches]).take(pa.array(index))
+    candidates = (
+        np.arange(count, dtype=np.int64)
+        if not errors
+        else np.setdiff1d(
+            np.arange(count, dtype=np.int64), np.fromiter(errors, np.int64, len(errors))
+        )
+    )
+    block = lines if not errors else lines.take(pa.array(candidates))
+    pieces: list[tuple[int, int, pa.Table]] = []
+    failed: set[int] = set()
+
+    def check(lo: int, hi: int) -> bool:
+        parsed = _parse_block(block.slice(lo, hi - lo), schema)
+        if isinstance(parsed, str):
+            return False
+        pieces.append((lo, hi, parsed))
+        return True
+
+    def leaf(i: int) -> None:
+        parsed = _parse_block(block.slice(i, 1), schema)
+        if isinstance(parsed, str):
+            errors[int(candidates[i])] = parsed
+            failed.add(i)
+        else:
+            pieces.append((i, i + 1, parsed))
+
+    _bisect(0, len(block), check, leaf)
+    pieces.sort(key=lambda piece: piece[0])
+    fields = pa.concat_tables([piece for _, _, piece in pieces]) if pieces else schema.empty_table()
+    good = candidates if not failed else np.delete(candidates, sorted(failed))
+    return fields, good, sorted(errors.items())

@@ -1,0 +1,231 @@
+"""Driver-side commits without Spark: txn app ids, data files, schema evolution, races."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from ingest.errors import ConfigError, SinkError
+from ingest.sink.config import TableConfig
+from ingest.sink.delta import DeltaTarget, StaleBatchError
+from ingest.sink.files import DataFile, delta_stats, write_data_files
+from ingest.sink.storage import TableLocation, normalize_uri
+from ingest.sink.txn import app_id
+from tests.sink import committer
+
+
+def test_app_id_follows_its_documented_derivation(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    identity = json.dumps([uri, "group", "events", 3]).encode()
+    expected = "ingest:events:3:" + hashlib.sha256(identity).hexdigest()[:24]
+    assert app_id(uri, "group", "events", 3) == expected
+    # Spellings of one table agree; other tables, groups and partitions do not.
+    assert app_id(uri + "/", "group", "events", 3) == expected
+    assert app_id(f"file://{uri}", "group", "events", 3) == expected
+    assert app_id("s3a://b/t/", "g", "e", 0) == app_id("s3://b/t", "g", "e", 0)
+    others = {
+        app_id(uri + "x", "group", "events", 3),
+        app_id(uri, "group2", "events", 3),
+        app_id(uri, "group", "events2", 3),
+        app_id(uri, "group", "events", 4),
+    }
+    assert expected not in others and len(others) == 4
+    assert normalize_uri("relative/t") == os.path.abspath("relative/t")
+
+
+def test_table_config_refuses_what_cannot_work() -> None:
+    with pytest.raises(ConfigError, match="merge_keys"):
+        TableConfig(uri="/t", group="g", mode="upsert")
+    with pytest.raises(ConfigError, match="value_schema"):
+        TableConfig(uri="/t", group="g", value_format="json")
+    with pytest.raises(ConfigError, match="value_format"):
+        TableConfig(uri="/t", group="g", value_format="avro")  # type: ignore[arg-type]
+    config = TableConfig(
+        uri="s3://b/t/", group="g", storage_options={"AWS_SECRET_ACCESS_KEY": "hunter2"}
+    )
+    assert config.dead_letters == "s3://b/t_dead_letters"
+    assert config.dead_letter_options == {"AWS_SECRET_ACCESS_KEY": "hunter2"}
+    assert "hunter2" not in repr(config)
+
+
+def _rows(partition: int, start: int, count: int, **extra: pa.Array) -> pa.Table:
+    table = committer.rows(partition, start, count)
+    for name, column in extra.items():
+        table = table.append_column(name, column)
+    return table
+
+
+def _commit(target: DeltaTarget, files: list[DataFile], txns: dict[str, int], schema: pa.Schema):  # type: ignore[no-untyped-def]
+    planned = target.versions(list(txns))
+    return target.commit_files(
+        files,
+        txns,
+        schema,
+        planned=planned,
+        app_id_of=lambda t, p: app_id(target.uri, "g", t, p),
+    )
+
+
+def test_files_commit_with_txn_actions_and_read_back(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location)
+    app = app_id(location.uri, "g", "race", 0)
+    first = _rows(0, 0, 100)
+    files = write_data_files(first, location, name="a")
+    outcome = _commit(target, files, {app: 99}, first.schema)
+    assert outcome.committed and outcome.version == 0 and outcome.rows == 100
+    assert [(s.partition, s.min_offset, s.max_offset) for s in files[0].sources] == [(0, 0, 99)]
+    table = DeltaTable(location.uri)
+    assert table.transaction_version(app) == 99
+    back = table.to_pyarrow_table().sort_by("offset")
+    assert back.equals(first.cast(back.schema))
+    # An empty batch that still moves the partition on: a commit with the txn alone.
+    outcome = _commit(target, [], {app: 150}, first.schema)
+    assert outcome.committed and outcome.version == 1 and outcome.files == ()
+    assert DeltaTable(location.uri).transaction_version(app) == 150
+    # A txn never moves back, and a batch already covered commits nothing.
+    outcome = _commit(target, [], {app: 120}, first.schema)
+    assert not outcome.committed and outcome.txn_versions[app] == 150
+    assert DeltaTable(location.uri).version() == 1
+
+
+def test_a_missing_or_truncated_file_is_refused_before_committing(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location)
+    rows = _rows(0, 0, 10)
+    [data_file] = write_data_files(rows, location, name="a")
+    os.truncate(tmp_path / "t" / data_file.path, 10)
+    with pytest.raises(SinkError, match="not as written"):
+        _commit(target, [data_file], {"app": 9}, rows.schema)
+    assert target.load() is None
+
+
+def test_partition_values_and_stats_survive_delta_rs_and_odd_values(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location, partition_by=("day", "label"))
+    count = 6
+    rows = _rows(
+        0,
+        0,
+        count,
+        day=pa.array([dt.date(2024, 1, 1)] * 3 + [dt.date(2024, 1, 2)] * 3, pa.date32()),
+        label=pa.array(["a b/c%d=é", None, "plain", "a b/c%d=é", None, "plain"]),
+    )
+    files = write_data_files(rows, location, name="p", partition_by=("day", "label"))
+    assert len(files) == 6
+    assert {dict(f.partition_values)["label"] for f in files} == {"a b/c%d=é", None, "plain"}
+    outcome = _commit(target, files, {"app": 5}, rows.schema)
+    assert outcome.committed
+    back = DeltaTable(location.uri).to_pyarrow_table().sort_by("offset")
+    assert back.column("label").to_pylist() == rows.column("label").to_pylist()
+    assert back.column("day").to_pylist() == rows.column("day").to_pylist()
+    # Stats: exact integer bounds, timestamps widened to whole milliseconds.
+    stamps = pa.array(
+        [dt.datetime(2024, 1, 1, 0, 0, 0, 1500, tzinfo=dt.UTC), None], pa.timestamp("us", "UTC")
+    )
+    stats = json.loads(delta_stats(pa.table({"o": pa.array([7, 3]), "ts": stamps})))
+    assert stats == {
+        "numRecords": 2,
+        "minValues": {"o": 3, "ts": "2024-01-01T00:00:00.001Z"},
+        "maxValues": {"o": 7, "ts": "2024-01-01T00:00:00.002Z"},
+        "nullCount": {"o": 0, "ts": 1},
+    }
+
+
+def test_schema_evolves_with_new_nullable_columns_and_refuses_type_changes(
+    tmp_path: Path,
+) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location)
+    first = _rows(0, 0, 5)
+    _commit(target, write_data_files(first, location, name="a"), {"app": 4}, first.schema)
+    wider = _rows(0, 5, 5, note=pa.array(["n"] * 5))
+    outcome = _commit(target, write_data_files(wider, location, name="b"), {"app": 9}, wider.schema)
+    assert outcome.committed
+    back = DeltaTable(location.uri).to_pyarrow_table().sort_by("offset")
+    assert back.column("note").to_pylist() == [None] * 5 + ["n"] * 5
+    clashing = _rows(0, 10, 5).set_column(2, "offset", pa.array([str(i) for i in range(5)]))
+    clashing = clashing.append_column("note", pa.array([1, 2, 3, 4, 5], pa.int64()))
+    files = write_data_files(clashing, location, name="c")
+    with pytest.raises(SinkError, match=r"offset \(table \"long\", batch \"string\"\); note"):
+        _commit(target, files, {"app": 14}, clashing.schema)
+    # The refused batch's files are gone; the table is as it was.
+    assert not (tmp_path / "t" / files[0].path).exists()
+    assert DeltaTable(location.uri).to_pyarrow_table().num_rows == 10
+
+
+def test_two_processes_racing_for_the_same_offsets_land_each_once(tmp_path: Path) -> None:
+    uri = str(tmp_path / "race")
+    rounds = 6
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    results = context.Queue()
+    processes = [
+        context.Process(target=committer.commit_rounds, args=(uri, me, rounds, barrier, results))
+        for me in range(2)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    reports = [results.get(timeout=5) for _ in range(2 * rounds)]
+    table = DeltaTable(uri)
+    rows = table.to_pyarrow_table()
+    by_partition = {
+        partition: sorted(
+            offset
+            for p, offset in zip(
+                rows.column("partition").to_pylist(), rows.column("offset").to_pylist(), strict=True
+            )
+            if p == partition
+        )
+        for partition in (0, 10, 11)
+    }
+    expected = list(range(rounds * committer.ROWS_PER_ROUND))
+    # The shared partition holds each offset once; each process's own partition all of its own.
+    assert by_partition == {0: expected, 10: expected, 11: expected}
+    last = rounds * committer.ROWS_PER_ROUND - 1
+    for partition in (0, 10, 11):
+        assert table.transaction_version(app_id(uri, committer.GROUP, "race", partition)) == last
+    # Every round had a loser on the shared partition, and it left no file behind.
+    assert sum(dropped for _, _, _, dropped, _ in reports) == rounds * committer.ROWS_PER_ROUND
+    on_disk = {str(p) for p in Path(uri).rglob("*.parquet")}
+    assert on_disk == set(table.file_uris())
+
+
+def test_a_file_written_outside_describes_itself_in_its_footer(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
+    [written] = write_data_files(_rows(2, 40, 10), location, name="x")
+    footer = pq.read_metadata(tmp_path / "t" / written.path).metadata[b"ingest.datafile"]
+    described = DataFile.from_json(footer)
+    assert described.sources == written.sources and described.rows == 10
+    assert described.stats == written.stats
+
+
+def test_a_file_without_provenance_cannot_be_refiltered_and_is_removed(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location)
+    app = app_id(location.uri, "g", "race", 0)
+    planned = target.versions([app])
+    # A transform's output without the Kafka columns, planned before a rival's commit.
+    shaped = pa.table({"user": ["a", "b"]})
+    [blind] = write_data_files(shaped, location, name="blind")
+    assert blind.sources == ()
+    rival = _rows(0, 0, 10)
+    _commit(target, write_data_files(rival, location, name="rival"), {app: 9}, rival.schema)
+    with pytest.raises(StaleBatchError, match="does not say which offsets"):
+        target.commit_files(
+            [blind], {app: 9}, shaped.schema, planned=planned, app_id_of=lambda t, p: app
+        )
+    assert not (tmp_path / "t" / blind.path).exists()
+    assert DeltaTable(location.uri).version() == 0
