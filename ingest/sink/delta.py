@@ -158,6 +158,31 @@ class DeltaTarget:
 
     # -- committing --------------------------------------------------------------------
 
+    def create_empty(self, schema: pa.Schema) -> None:
+        """Creates the table with no data and no txn, or finds it created by a rival.
+
+        Data never rides in the creating commit: when two writers create the same table
+        at once, delta-rs rebases the loser's create onto the winner's without checking
+        txn actions (both creates "succeed"), which would land the same offsets twice.
+        With no retries the loser is refused instead, and both then commit their data
+        through create_write_transaction, whose conflict check sees the txn actions."""
+        try:
+            create_table_with_add_actions(
+                self.uri,
+                Schema.from_arrow(schema),
+                [],
+                mode="error",
+                partition_by=list(self.partition_by) or None,
+                storage_options=self.location.delta_options(),
+                commit_properties=CommitProperties(max_commit_retries=0),
+            )
+        except CommitFailedError:
+            log.info("%s: another writer created the table first", self.uri)
+        except DeltaError as exc:
+            if "already exists" not in str(exc):
+                raise SinkError(f"{self.uri}: cannot create the table: {exc}") from exc
+            log.info("%s: another writer created the table first", self.uri)
+
     def commit_files(
         self,
         files: Sequence[DataFile],
@@ -204,45 +229,32 @@ class DeltaTarget:
                     custom_metadata={COMMIT_TOKEN_KEY: token},
                     app_transactions=[Transaction(app, v) for app, v in sorted(wanted.items())],
                 )
+                if table is None:
+                    self.create_empty(schema)
+                    continue  # reload: the data goes through the conflict-checked path
                 adds = [f.add_action() for f in pending]
-                if table is not None:
-                    try:
-                        if self.evolve(table, schema):
-                            table = self.load() or table
-                    except CommitFailedError:
-                        self._sleep(attempt)
-                        continue
+                try:
+                    if self.evolve(table, schema):
+                        table = self.load() or table
+                except CommitFailedError:
+                    self._sleep(attempt)
+                    continue
                 in_doubt = True
                 try:
-                    if table is None:
-                        create_table_with_add_actions(
-                            self.uri,
-                            Schema.from_arrow(schema),
-                            adds,
-                            mode="error",
-                            partition_by=list(self.partition_by) or None,
-                            storage_options=self.location.delta_options(),
-                            commit_properties=properties,
-                        )
-                    else:
-                        actions: list[AddAction | RemoveAction] = list(adds)
-                        table.create_write_transaction(
-                            actions,
-                            "append",
-                            table.schema(),
-                            partition_by=list(self.partition_by) or None,
-                            commit_properties=properties,
-                        )
+                    actions: list[AddAction | RemoveAction] = list(adds)
+                    table.create_write_transaction(
+                        actions,
+                        "append",
+                        table.schema(),
+                        partition_by=list(self.partition_by) or None,
+                        commit_properties=properties,
+                    )
                 except CommitFailedError as exc:
                     in_doubt = False
                     log.info("%s: commit attempt %d lost a race: %s", self.uri, attempt, exc)
                     self._sleep(attempt)
                     continue
                 except DeltaError as exc:
-                    if table is None and "already exists" in str(exc):
-                        in_doubt = False
-                        self._sleep(attempt)
-                        continue  # another writer created it first
                     raise SinkError(f"{self.uri}: commit failed: {exc}") from exc
                 break
             else:

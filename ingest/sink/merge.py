@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import SinkError
@@ -118,17 +118,7 @@ def upsert(
         table = target.load()
         target.check_partitioning(table)
         if table is None:
-            try:
-                DeltaTable.create(
-                    target.uri,
-                    schema,
-                    partition_by=list(target.partition_by) or None,
-                    mode="error",
-                    storage_options=target.location.delta_options(),
-                )
-            except DeltaError as exc:
-                if "already exists" not in str(exc):
-                    raise SinkError(f"{target.uri}: cannot create the table: {exc}") from exc
+            target.create_empty(schema)
             continue
         current = DeltaTarget.versions_in(table, list(txns))
         rows = latest_per_key(_refilter(source, current, app_id_of), merge_keys)

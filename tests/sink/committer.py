@@ -66,3 +66,22 @@ def commit_rounds(uri: str, me: int, rounds: int, barrier: Any, results: Any) ->
             app_id_of=app_id_of,
         )
         results.put((me, number, outcome.committed, outcome.dropped_rows, outcome.attempts))
+
+
+def first_commit_trials(base_uri: str, me: int, trials: int, barrier: Any, results: Any) -> None:
+    """Each trial: both processes make the FIRST commit of a fresh table, with the same
+    offsets of partition 0, at the same moment. Reports (me, trial, committed)."""
+    for trial in range(trials):
+        uri = f"{base_uri}/t{trial}"
+        target = DeltaTarget(TableLocation.of(uri), backoff_seconds=0.01)
+        app = app_id(uri, GROUP, TOPIC, 0)
+        files = write_data_files(rows(0, 0, ROWS_PER_ROUND), target.location, name=f"p{me}")
+        barrier.wait()
+        outcome = target.commit_files(
+            files,
+            {app: ROWS_PER_ROUND - 1},
+            rows(0, 0, 0).schema,
+            planned={app: None},
+            app_id_of=lambda topic, partition, app=app: app,
+        )
+        results.put((me, trial, outcome.committed))
