@@ -82,7 +82,8 @@ def test_files_commit_with_txn_actions_and_read_back(tmp_path: Path) -> None:
     first = _rows(0, 0, 100)
     files = write_data_files(first, location, name="a")
     outcome = _commit(target, files, {app: 99}, first.schema)
-    assert outcome.committed and outcome.version == 0 and outcome.rows == 100
+    # Version 0 is the empty create; the data is the first commit after it.
+    assert outcome.committed and outcome.version == 1 and outcome.rows == 100
     assert [(s.partition, s.min_offset, s.max_offset) for s in files[0].sources] == [(0, 0, 99)]
     table = DeltaTable(location.uri)
     assert table.transaction_version(app) == 99
@@ -90,12 +91,12 @@ def test_files_commit_with_txn_actions_and_read_back(tmp_path: Path) -> None:
     assert back.equals(first.cast(back.schema))
     # An empty batch that still moves the partition on: a commit with the txn alone.
     outcome = _commit(target, [], {app: 150}, first.schema)
-    assert outcome.committed and outcome.version == 1 and outcome.files == ()
+    assert outcome.committed and outcome.version == 2 and outcome.files == ()
     assert DeltaTable(location.uri).transaction_version(app) == 150
     # A txn never moves back, and a batch already covered commits nothing.
     outcome = _commit(target, [], {app: 120}, first.schema)
     assert not outcome.committed and outcome.txn_versions[app] == 150
-    assert DeltaTable(location.uri).version() == 1
+    assert DeltaTable(location.uri).version() == 2
 
 
 def test_a_missing_or_truncated_file_is_refused_before_committing(tmp_path: Path) -> None:
@@ -257,4 +258,4 @@ def test_a_file_without_provenance_cannot_be_refiltered_and_is_removed(tmp_path:
             [blind], {app: 9}, shaped.schema, planned=planned, app_id_of=lambda t, p: app
         )
     assert not (tmp_path / "t" / blind.path).exists()
-    assert DeltaTable(location.uri).version() == 0
+    assert DeltaTable(location.uri).version() == 1  # create + the rival; nothing of ours

@@ -70,7 +70,7 @@ def test_append_lands_each_record_once_as_the_reference_reader_sees_it(
     config = TableConfig(uri=str(tmp_path / "events"), group="g")
     early = [s for p in range(PARTITIONS) for s in drained.of_partition(p)[:2]]
     first = run_batch(spark, Batch(config, tuple(early)))
-    assert first.table_version == 0 and first.path == "arrow"
+    assert first.table_version == 1 and first.path == "arrow"  # version 0: the empty create
     assert first.rows_written == sum(s.record_count for s in early)
     # Overlapping and repeated replays, segments out of order: every offset still once.
     everything = tuple(reversed(drained.segments))
