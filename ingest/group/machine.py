@@ -131,6 +131,7 @@ class _Sent:
     member_id: str
     commit: Commit | None = None
     partitions: frozenset[Partition] = frozenset()
+    sent_at: float = -math.inf  # heartbeats only
 
 
 class _After(Enum):
@@ -600,7 +601,9 @@ class GroupMachine:
         code = response.error_code
         if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
             if not stale:
-                self._session_anchor = now
+                # From when the heartbeat was sent, not answered: a driver stalled between
+                # the two must not stretch the session past the coordinator's view of it.
+                self._session_anchor = max(self._session_anchor, sent.sent_at)
             if code == E.REBALANCE_IN_PROGRESS and state is STABLE and not stale:
                 return self._rejoin(now, "the group is rebalancing", out)
             return state
@@ -855,8 +858,9 @@ class GroupMachine:
         *,
         commit: Commit | None = None,
         partitions: frozenset[Partition] = frozenset(),
+        sent_at: float = -math.inf,
     ) -> None:
-        sent = _Sent(self._round, self._generation_id, self._member_id, commit, partitions)
+        sent = _Sent(self._round, self._generation_id, self._member_id, commit, partitions, sent_at)
         self._inflight[type(request).api_key].append(sent)
         out.append(SendRequest(request, version))
 
@@ -919,7 +923,7 @@ class GroupMachine:
                 member_id=self._member_id,
                 version=versions.heartbeat,
             )
-            self._send(out, request_hb, versions.heartbeat)
+            self._send(out, request_hb, versions.heartbeat, sent_at=now)
             self._next_heartbeat_at = now + self.config.heartbeat_interval_ms / 1000
 
     # -- small predicates -------------------------------------------------------------

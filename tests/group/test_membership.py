@@ -447,6 +447,18 @@ def test_session_expiry_loses_partitions_and_rejoins() -> None:
     assert s.state is S.JOINING and s.machine.assignment == frozenset()
 
 
+def test_the_session_runs_from_when_the_heartbeat_was_sent() -> None:
+    # A driver stalled between sending a heartbeat and reading its answer must
+    # not count the stall as contact: the coordinator saw us last at the send.
+    s = Script()
+    s.stable()
+    only_request(s(Tick(), after=1.0), HeartbeatRequest)
+    s(heartbeat(), after=9.5)  # answered "ok", read 9.5 s after it was sent
+    outputs = s(Tick(), after=0.5)  # 10 s (the session timeout) after the send
+    assert events_of(outputs, PartitionsLost)[0].partitions == tp(TOPIC, 0, 1)
+    assert s.state is S.JOINING
+
+
 def test_request_failures_mark_the_coordinator_unknown() -> None:
     s = Script()
     s.stable()
