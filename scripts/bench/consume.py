@@ -36,6 +36,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from _peers import confluent_to_arrow
+
 from ingest.client import ClientConfig
 from ingest.handoff import HandoffConfig, HandoffStore
 from ingest.protocol.records import RECORD_SCHEMA
@@ -144,39 +146,7 @@ def confluent_arrow_rate(bootstrap: str, topic: str, count: int) -> float:
     consumer = _consumer(bootstrap, topic, 1)
     try:
         start = time.perf_counter()
-        offsets: list[int] = []
-        partitions: list[int] = []
-        timestamps: list[int] = []
-        types: list[int] = []
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
-        headers: list[list[dict[str, Any]]] = []
-        while len(offsets) < count:
-            for msg in consumer.consume(10_000, 1.0):
-                if msg.error():
-                    raise RuntimeError(msg.error())
-                kind, stamp = msg.timestamp()
-                offsets.append(msg.offset())
-                partitions.append(msg.partition())
-                timestamps.append(stamp)
-                types.append(kind - 1)
-                keys.append(msg.key())
-                values.append(msg.value())
-                headers.append([{"key": k, "value": v} for k, v in msg.headers() or ()])
-        rows = len(offsets)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([topic])),
-                pa.array(partitions, pa.int32()),
-                pa.array(offsets, pa.int64()),
-                pa.array(timestamps, pa.int64()).cast(RECORD_SCHEMA.field("timestamp").type),
-                pa.array(types, pa.int8()),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array(headers, RECORD_SCHEMA.field("headers").type),
-            ],
-            schema=RECORD_SCHEMA,
-        )
+        batch = confluent_to_arrow(consumer, topic, count)
         elapsed = time.perf_counter() - start
     finally:
         consumer.close()

@@ -30,14 +30,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from _peers import confluent_to_arrow
+
 from ingest.protocol.record_builder import Record, build_batch
-from ingest.protocol.records import RECORD_SCHEMA, decode_records
+from ingest.protocol.records import decode_records
 from ingest.protocol.records_reference import decode_records_reference
 
 T0 = 1_700_000_000_000
@@ -196,37 +197,7 @@ def confluent_rate(bootstrap: str, case: Case, topic: str) -> tuple[float, float
     )  # fmt: skip
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     start = time.perf_counter()
-    offsets: list[int] = []
-    timestamps: list[int] = []
-    types: list[int] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    headers: list[list[dict[str, Any]]] = []
-    while len(offsets) < case.count:
-        for msg in consumer.consume(10_000, 1.0):
-            if msg.error():
-                raise RuntimeError(msg.error())
-            kind, stamp = msg.timestamp()
-            offsets.append(msg.offset())
-            timestamps.append(stamp)
-            types.append(kind - 1)
-            keys.append(msg.key())
-            values.append(msg.value())
-            headers.append([{"key": k, "value": v} for k, v in msg.headers() or ()])
-    count = len(offsets)
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.DictionaryArray.from_arrays(pa.array([0] * count, pa.int32()), pa.array([topic])),
-            pa.array([0] * count, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(timestamps, pa.int64()).cast(RECORD_SCHEMA.field("timestamp").type),
-            pa.array(types, pa.int8()),
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(headers, RECORD_SCHEMA.field("headers").type),
-        ],
-        schema=RECORD_SCHEMA,
-    )
+    batch = confluent_to_arrow(consumer, topic, case.count)
     elapsed = time.perf_counter() - start
     consumer.close()
     assert batch.num_rows == case.count
