@@ -1,12 +1,26 @@
-"""The ``ingest`` command line."""
+"""The ``ingest`` command line.
+
+    ingest run    -c conf/x.toml [--until-end]       the consumer group into the Delta table
+    ingest replay -c conf/x.toml --from F [--to T]   a range again, idempotently, no group
+    ingest status -c conf/x.toml [--json]            offsets, txn versions, lag, the group
+    ingest broker                                    the embedded test broker (Tansu)
+
+``--print-config`` (run, replay, status) prints the effective config, secrets
+masked, and exits. Exit codes: 0 done; 1 failed (the message says why);
+2 configuration error; 128+N stopped at once by a second signal N.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from importlib.metadata import version
+from typing import Any
 
 from ingest.errors import ConfigError, IngestError
 
@@ -37,10 +51,156 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _stop_on_signals(engine: Any) -> Iterator[None]:
+    """SIGTERM/SIGINT: a graceful stop; a second one ends the process at once (the Delta
+    txn filter keeps the table exact whatever was in flight)."""
+    received: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if received:
+            os.write(2, b"ingest: second signal: exiting at once\n")
+            os._exit(128 + signum)
+        received.append(signum)
+        engine.request_stop(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _load(args: argparse.Namespace, *, quiet: bool = False) -> Any:
+    from ingest.config import load_config, render_config
+    from ingest.supervisor.logs import configure_logging
+
+    config = load_config(args.config)
+    if args.print_config:
+        print(render_config(config), end="")
+        return None
+    level = config.logging.level
+    if quiet and level == "info":
+        level = "warning"  # a report on stdout: only trouble on stderr
+    configure_logging(config.logging.format, level)
+    return config
+
+
+def _finish(outcome: Any) -> int:
+    if outcome.exit_code:
+        print(f"ingest: {outcome.message}", file=sys.stderr, flush=True)
+    if outcome.batch_running:
+        # A Spark job still runs on its thread and would hold the interpreter's exit.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(outcome.exit_code)
+    return int(outcome.exit_code)
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 0
+    from ingest.supervisor.runtime import GroupRun
+
+    engine = GroupRun(config, until_end=args.until_end)
+    with _stop_on_signals(engine):
+        outcome = engine.run()
+    return _finish(outcome)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 0
+    from ingest.supervisor.replay import ReplayRun, parse_partitions, parse_position
+
+    engine = ReplayRun(
+        config,
+        start=parse_position(args.from_, "--from"),
+        end=parse_position(args.to, "--to") if args.to else None,
+        partitions=parse_partitions(args.partitions, config.source.topics),
+        overwrite=args.overwrite,
+    )
+    with _stop_on_signals(engine):
+        outcome = engine.run()
+    return _finish(outcome)
+
+
+def _status(args: argparse.Namespace) -> int:
+    config = _load(args, quiet=True)
+    if config is None:
+        return 0
+    from ingest.supervisor.status import collect_status, render_text
+
+    report = collect_status(config)
+    if args.json:
+        import json
+
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(render_text(report), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ingest", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="ingest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"ingest {version('ingest')}")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(command: argparse.ArgumentParser) -> None:
+        command.add_argument("-c", "--config", required=True, help="the TOML config file")
+        command.add_argument(
+            "--print-config",
+            action="store_true",
+            help="print the effective config (secrets masked) and exit",
+        )
+
+    run = commands.add_parser("run", help="land the topics in the Delta table (consumer group)")
+    with_config(run)
+    run.add_argument(
+        "--until-end",
+        action="store_true",
+        help="stop at each partition's end offset as of the start, then commit, leave, exit",
+    )
+    run.set_defaults(handler=_run)
+
+    replay = commands.add_parser(
+        "replay", help="land a range of offsets again (no group, committed offsets untouched)"
+    )
+    with_config(replay)
+    replay.add_argument(
+        "--from",
+        dest="from_",
+        required=True,
+        help="earliest | OFFSET | P:OFFSET,... | @EPOCH_MS | ISO-8601 time (e.g. 2026-01-01T00:00:00Z)",
+    )
+    replay.add_argument(
+        "--to",
+        default=None,
+        help="end, exclusive: latest (default: the end at start) | OFFSET | P:OFFSET,... | "
+        "@EPOCH_MS | ISO-8601 time",
+    )
+    replay.add_argument(
+        "--partitions",
+        default=None,
+        help="which partitions: 0,1,5 or topic:3,... (default: every partition of source.topics)",
+    )
+    replay.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="append mode: rewrite the rows of the range that are already in the table",
+    )
+    replay.set_defaults(handler=_replay)
+
+    status = commands.add_parser("status", help="offsets, lag and the group, per partition")
+    with_config(status)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(handler=_status)
+
     dev_broker = commands.add_parser(
         "broker", help="run the embedded test broker (Tansu) on a loopback port until Ctrl-C"
     )

@@ -94,6 +94,8 @@ class KafkaSection:
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     connect_timeout: Duration = Duration(10)
     request_timeout: Duration = Duration(30)
+    # How long a cluster operation (metadata, coordinator lookup) keeps retrying.
+    retry_timeout: Duration = Duration(30)
     tls: TlsSection | None = None
     sasl: SaslSection | None = None
 
@@ -146,6 +148,8 @@ class TriggerSection:
     max_bytes: Size = Size(256 * 1024**2)
     max_records: int = 5_000_000
     max_age: Duration = Duration(30)
+    # On SIGTERM/SIGINT: how long the in-flight and final batches get before giving up.
+    shutdown_timeout: Duration = Duration(60)
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,7 @@ class IngestConfig:
             client_id=kafka.client_id,
             connect_timeout=float(kafka.connect_timeout),
             request_timeout=float(kafka.request_timeout),
+            retry_timeout=float(kafka.retry_timeout),
             tls=tls,
             sasl=sasl,
         )

@@ -19,7 +19,7 @@ from typing import Literal
 
 from ingest.errors import DecodeError, HarnessError
 from ingest.protocol import codec
-from ingest.protocol.messages import ApiVersionsRequest
+from ingest.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from ingest.testing._process import ManagedProcess, free_port, wait_until
 from ingest.testing.s3 import S3Server
 
@@ -62,7 +62,8 @@ def api_versions_answered(host: str, port: int, *, timeout: float = 1.0) -> bool
     except DecodeError:
         return False
     return (
-        header.correlation_id == correlation_id
+        isinstance(response, ApiVersionsResponse)
+        and header.correlation_id == correlation_id
         and response.error_code == 0
         and len(response.api_keys) > 0
     )

@@ -67,7 +67,7 @@ def create_topic(
     config: dict[str, str] | None = None,
 ) -> str:
     """Creates a topic with N partitions and waits until its metadata shows them all."""
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = _admin(bootstrap)
     futures = admin.create_topics(
@@ -189,6 +189,11 @@ def produce_transactions(
     return committed
 
 
+def _header_pairs(headers: Any) -> Headers:
+    # librdkafka gives a list of (key, value) pairs; values are bytes or None.
+    return [(str(key), value) for key, value in headers or ()]
+
+
 def read_topic(
     bootstrap: str, topic: str, *, isolation_level: str = "read_committed", timeout: float = 60.0
 ) -> list[ConsumedRecord]:
@@ -236,17 +241,19 @@ def read_topic(
                     raise HarnessError(f"reading {topic!r}: {err}")
                 pending.add(msg.partition())  # more data arrived after an EOF
                 ts_type, ts = msg.timestamp()
+                partition, offset = msg.partition(), msg.offset()
+                assert partition is not None and offset is not None  # set on data messages
                 out.append(
                     ConsumedRecord(
-                        topic=msg.topic(),
-                        partition=msg.partition(),
-                        offset=msg.offset(),
+                        topic=topic,
+                        partition=partition,
+                        offset=offset,
                         timestamp_ms=ts,
                         # librdkafka: 1 = CreateTime, 2 = LogAppendTime; Kafka: 0 and 1.
                         timestamp_type=ts_type - 1,
                         key=msg.key(),
                         value=msg.value(),
-                        headers=list(msg.headers() or []),
+                        headers=_header_pairs(msg.headers()),
                     )
                 )
         out.sort(key=lambda r: (r.partition, r.offset))

@@ -6,7 +6,7 @@ Enable it with ``pytest_plugins = ["ingest.testing.pytest_plugin"]`` in a confte
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -63,14 +63,16 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     if report.failed:
         # A failing test shows what the servers it may have used said.
         for server in item.config.stash.get(_SERVERS_KEY, []):
             report.sections.append((f"log of {server!r}", server.log_tail(6000)))
+    return report
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from pyarrow import fs as pafs
+
 from ingest.errors import HarnessError
 from ingest.testing._process import ManagedProcess, free_port, wait_until
 
@@ -103,9 +105,9 @@ class S3Server:
             "AWS_DEFAULT_REGION": REGION,
         }
 
-    def filesystem(self):  # type: ignore[no-untyped-def]
+    def filesystem(self) -> pafs.S3FileSystem:
         """A pyarrow S3FileSystem on this server."""
-        from pyarrow import fs
+        fs = pafs
 
         return fs.S3FileSystem(
             endpoint_override=f"{self.host}:{self.port}",

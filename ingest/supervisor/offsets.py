@@ -1,0 +1,241 @@
+"""Where each partition stands: end offsets, committed offsets, Delta txn versions.
+
+These are the supervisor's (and ``ingest status``'s) own reads, on a
+``Cluster`` the caller owns; group membership is not needed for any of them.
+
+* End offsets come from ``PartitionFetcher.latest_offset``: ListOffsets
+  checked against a Fetch's high watermark (last stable offset under
+  read_committed), which stays right on brokers whose ListOffsets "latest" is
+  wrong (Tansu 0.6.0; docs/test-broker.md).
+* Committed offsets are an OffsetFetch to the group coordinator.
+* Txn versions are read from the table's log: the last offset of each
+  partition that is durable in the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ingest.client import Cluster
+from ingest.client.connection import expect_response
+from ingest.config import IngestConfig
+from ingest.errors import BrokerError, IngestError
+from ingest.group import CommittedOffset, Partition
+from ingest.group.requests import fetch_outcome, offset_fetch_request
+from ingest.protocol.consumer import decode_assignment
+from ingest.protocol.error_codes import error_for
+from ingest.protocol.messages import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from ingest.sink.config import TableConfig
+from ingest.sink.delta import DeltaTarget
+from ingest.sink.storage import TableLocation
+from ingest.sink.txn import app_id
+from ingest.worker import FetchSettings, PartitionFetcher, StartPosition
+
+__all__ = [
+    "GroupDescription",
+    "MemberDescription",
+    "committed_offsets",
+    "describe_group",
+    "end_offsets",
+    "fetch_settings",
+    "table_config",
+    "topic_partitions",
+    "txn_versions",
+]
+
+
+def fetch_settings(config: IngestConfig) -> FetchSettings:
+    fetch = config.fetch
+    return FetchSettings(
+        max_wait_ms=int(float(fetch.max_wait) * 1000),
+        min_bytes=int(fetch.min_bytes),
+        max_bytes=int(fetch.max_bytes),
+        partition_max_bytes=int(fetch.partition_max_bytes),
+        isolation_level=config.source.isolation_level,
+        auto_offset_reset=config.source.auto_offset_reset,
+        check_crc=fetch.check_crc,
+    )
+
+
+def table_config(config: IngestConfig) -> TableConfig:
+    table = config.table
+    return TableConfig(
+        uri=table.uri,
+        group=config.source.group_id,
+        storage_options=config.table_storage_options(),
+        mode=table.mode,
+        merge_keys=tuple(table.merge_keys),
+        value_format=table.value.format,
+        value_schema=table.value.schema,
+        transform=table.transform,
+        partition_by=tuple(table.partition_by),
+        dead_letter_uri=config.dead_letter_uri(),
+    )
+
+
+def topic_partitions(cluster: Cluster, topics: Iterable[str]) -> list[Partition]:
+    """Every partition of ``topics``; a topic the cluster does not know is an error."""
+    names = sorted(set(topics))
+    view = cluster.refresh_metadata(names)
+    partitions: list[Partition] = []
+    for name in names:
+        info = view.topic(name)
+        if info is None or info.error_code:
+            code = info.error_code if info is not None else 3
+            raise IngestError(f"topic {name!r}: {error_for(code).name} (from the cluster metadata)")
+        partitions.extend(Partition(name, p.partition) for p in info.partitions)
+    return sorted(partitions)
+
+
+def end_offsets(
+    cluster: Cluster, partitions: Iterable[Partition], settings: FetchSettings
+) -> dict[Partition, int]:
+    """The end of each partition now (read_committed: its last stable offset)."""
+    ends: dict[Partition, int] = {}
+    for partition in partitions:
+        fetcher = PartitionFetcher(
+            cluster, partition.topic, partition.partition, settings, start=StartPosition.earliest()
+        )
+        ends[partition] = fetcher.latest_offset()
+    return ends
+
+
+def committed_offsets(
+    cluster: Cluster, group: str, partitions: Iterable[Partition]
+) -> dict[Partition, CommittedOffset | None]:
+    """The group's committed offsets (OffsetFetch to its coordinator)."""
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return {}
+
+    def attempt() -> dict[Partition, CommittedOffset | None]:
+        coordinator = cluster.find_coordinator(group)
+        connection = cluster.connection(coordinator.node_id)
+        version = connection.version_for(OffsetFetchRequest.api_key)
+        context = f"{connection.describe()}, OffsetFetch v{version}, group {group!r}"
+        response = expect_response(
+            cluster.request(connection, offset_fetch_request(group, wanted, version=version)),
+            OffsetFetchResponse,
+            context,
+        )
+        outcome = fetch_outcome(response, group, wanted)
+        if outcome.error_code:
+            info = error_for(outcome.error_code)
+            raise BrokerError(
+                info.code,
+                info.name,
+                outcome.retriable or info.retriable,
+                context=context + (f", {outcome.detail}" if outcome.detail else ""),
+            )
+        return outcome.offsets
+
+    return cluster.retrying(f"OffsetFetch of group {group!r}", attempt)
+
+
+def txn_versions(
+    table: TableConfig, partitions: Iterable[Partition]
+) -> dict[Partition, int | None]:
+    """Per partition, the last offset durable in the table (None: none yet)."""
+    wanted = sorted(set(partitions))
+    apps = {p: app_id(table.uri, table.group, p.topic, p.partition) for p in wanted}
+    versions = DeltaTarget(TableLocation.of(table.uri, table.storage_options)).versions(
+        list(apps.values())
+    )
+    return {p: versions[apps[p]] for p in wanted}
+
+
+def start_offset(committed: int | None, durable: int | None) -> int | None:
+    """Invariant 3: max(group committed offset, Delta txn version + 1); None if neither."""
+    candidates = [o for o in (committed, None if durable is None else durable + 1) if o is not None]
+    return max(candidates) if candidates else None
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: tuple[Partition, ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    coordinator: str  # "host:port (node N)"
+
+
+def describe_group(cluster: Cluster, group: str) -> GroupDescription:
+    """DescribeGroups at the coordinator (Tansu answers with empty member details)."""
+
+    def attempt() -> GroupDescription:
+        coordinator = cluster.find_coordinator(group)
+        connection = cluster.connection(coordinator.node_id)
+        version = connection.version_for(DescribeGroupsRequest.api_key)
+        context = f"{connection.describe()}, DescribeGroups v{version}"
+        response = expect_response(
+            cluster.request(
+                connection,
+                DescribeGroupsRequest(groups=(group,), include_authorized_operations=False),
+            ),
+            DescribeGroupsResponse,
+            context,
+        )
+        described = next((g for g in response.groups if g.group_id == group), None)
+        if described is None:
+            raise IngestError(f"{context}: no answer for group {group!r}")
+        if described.error_code:
+            info = error_for(described.error_code)
+            raise BrokerError(info.code, info.name, info.retriable, context=context)
+        members = []
+        for member in described.members:
+            assigned: tuple[Partition, ...] = ()
+            if member.member_assignment:
+                try:
+                    decoded = decode_assignment(member.member_assignment)
+                    assigned = tuple(
+                        sorted(
+                            Partition(tp.topic, index)
+                            for tp in decoded.assigned_partitions
+                            for index in tp.partitions
+                        )
+                    )
+                except IngestError:
+                    assigned = ()  # another protocol's payload: not ours to read
+            members.append(
+                MemberDescription(
+                    member_id=member.member_id,
+                    group_instance_id=member.group_instance_id,
+                    client_id=member.client_id,
+                    client_host=member.client_host,
+                    assignment=assigned,
+                )
+            )
+        return GroupDescription(
+            group_id=group,
+            state=described.group_state,
+            protocol_type=described.protocol_type,
+            protocol=described.protocol_data,
+            members=tuple(members),
+            coordinator=f"{coordinator.host}:{coordinator.port} (node {coordinator.node_id})",
+        )
+
+    return cluster.retrying(f"DescribeGroups of {group!r}", attempt)
+
+
+def committed_value(offset: CommittedOffset | None) -> int | None:
+    return None if offset is None else offset.offset
+
+
+def as_offsets(values: Mapping[Partition, CommittedOffset | None]) -> dict[Partition, int | None]:
+    return {p: committed_value(v) for p, v in values.items()}

@@ -1,0 +1,279 @@
+"""``ingest replay``: a range of offsets again, into the same table, idempotently.
+
+No group membership and no offset commit: the replay assigns itself the
+partitions asked for, spawns a worker per partition bounded by ``--from`` and
+``--to``, and lands the segments through the same Spark job as ``ingest run``,
+under the same txn app ids. So, in append mode, offsets the table already holds
+(at or below its txn version for the partition) are dropped before writing:
+replaying an ingested range adds nothing, twice or ten times. In upsert mode
+the job MERGEs, so replays are idempotent by key as well.
+
+A replay that would land offsets past the table's txn version moves that
+version, like ``ingest run`` does. It must therefore start at or below the
+version + 1: starting further on would mark the offsets in between as landed
+without landing them, so such a partition is refused (``ingest run`` or a
+replay from an earlier offset fills it). ``--overwrite`` (rewriting rows
+already in the table) is not supported yet and is refused.
+
+Progress (records done of the total, rate, ETA) goes to stderr: a bar on a
+terminal, plain lines otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ingest.config import IngestConfig
+from ingest.errors import ConfigError
+from ingest.group import Partition
+from ingest.supervisor.batches import BatchThread
+from ingest.supervisor.logs import event
+from ingest.supervisor.metrics import Metrics
+from ingest.supervisor.offsets import end_offsets, topic_partitions, txn_versions
+from ingest.supervisor.progress import Progress
+from ingest.supervisor.runtime import Engine, PartitionState
+from ingest.worker import EndPosition, StartPosition, WorkerStarted
+
+__all__ = ["Position", "ReplayRun", "parse_partitions", "parse_position"]
+
+log = logging.getLogger("ingest.supervisor.replay")
+
+PositionKind = Literal["earliest", "latest", "offset", "timestamp"]
+
+
+@dataclass(frozen=True)
+class Position:
+    """A --from or --to value: one kind for every partition, or offsets per partition."""
+
+    kind: PositionKind
+    value: int | None = None
+    offsets: tuple[tuple[Partition | int, int], ...] = ()
+
+    def offset_for(self, partition: Partition) -> int | None:
+        for key, offset in self.offsets:
+            if key == partition or key == partition.partition:
+                return offset
+        return self.value if self.kind == "offset" else None
+
+
+def parse_position(text: str, option: str) -> Position:
+    """earliest | latest | OFFSET | [TOPIC:]P:OFFSET,... | @EPOCH_MS | ISO-8601 time."""
+    text = text.strip()
+    if text in ("earliest", "latest"):
+        if (text == "earliest") != (option == "--from"):
+            raise ConfigError(f"{text!r} is not a valid {option}", key=option)
+        return Position(text)  # type: ignore[arg-type]
+    if text.isdigit():
+        return Position("offset", int(text))
+    if text.startswith("@") and text[1:].isdigit():
+        return Position("timestamp", int(text[1:]))
+    moment = _iso_time(text)
+    if moment is not None:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return Position("timestamp", int(moment.timestamp() * 1000))
+    if ":" in text and all(_is_offset_pair(part) for part in text.split(",")):
+        pairs: list[tuple[Partition | int, int]] = []
+        for part in text.split(","):
+            *where, offset = part.strip().split(":")
+            key: Partition | int = (
+                int(where[0])
+                if len(where) == 1
+                else Partition(":".join(where[:-1]), int(where[-1]))
+            )
+            pairs.append((key, int(offset)))
+        return Position("offset", None, tuple(pairs))
+    raise ConfigError(
+        f"{text!r}: expected earliest/latest, an offset, P:OFFSET pairs, @EPOCH_MS or an "
+        "ISO-8601 time such as 2026-01-01T00:00:00Z",
+        key=option,
+    )
+
+
+def _iso_time(text: str) -> dt.datetime | None:
+    if not text[:4].isdigit() or "-" not in text:
+        return None  # an offset pair such as 0:10 is not a time
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _is_offset_pair(part: str) -> bool:
+    pieces = part.strip().split(":")
+    return len(pieces) >= 2 and pieces[-1].isdigit() and pieces[-2].isdigit()
+
+
+def parse_partitions(text: str | None, topics: Sequence[str]) -> list[Partition | int] | None:
+    """``0,1,5`` (of every topic) or ``topic:3,...``; None: every partition."""
+    if text is None or not text.strip():
+        return None
+    chosen: list[Partition | int] = []
+    for part in text.split(","):
+        part = part.strip()
+        topic, _, index = part.rpartition(":")
+        if not index.isdigit():
+            raise ConfigError(
+                f"{part!r}: expected a partition number or topic:N", key="--partitions"
+            )
+        if topic and topic not in topics:
+            raise ConfigError(f"topic {topic!r} is not in source.topics", key="--partitions")
+        chosen.append(Partition(topic, int(index)) if topic else int(index))
+    return chosen
+
+
+class ReplayRun(Engine):
+    """Replays ``[start, end)`` of the chosen partitions into the table."""
+
+    mode = "replay"
+
+    def __init__(
+        self,
+        config: IngestConfig,
+        *,
+        start: Position,
+        end: Position | None = None,
+        partitions: Sequence[Partition | int] | None = None,
+        overwrite: bool = False,
+        spark: Any | None = None,
+        metrics: Metrics | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        super().__init__(config, spark=spark, metrics=metrics)
+        if overwrite:
+            raise ConfigError(
+                "is not supported yet: a replay never rewrites rows the table holds",
+                key="--overwrite",
+            )
+        if start.kind == "latest":
+            raise ConfigError("'latest' is not a valid --from", key="--from")
+        self.start_spec = start
+        self.end_spec = end or Position("latest")
+        self.chosen = partitions
+        self.progress = progress or Progress("replay")
+        self.versions: dict[Partition, int | None] = {}
+
+    def _start_source(self) -> None:
+        assert self._cluster is not None
+        every = topic_partitions(self._cluster, self.config.source.topics)
+        if self.chosen is None:
+            partitions = every
+        else:
+            partitions = [p for p in every if p in self.chosen or p.partition in self.chosen]
+            unknown = [c for c in self.chosen if not any(c == p or c == p.partition for p in every)]
+            if unknown:
+                raise ConfigError(f"no such partitions: {unknown}", key="--partitions")
+        self.versions = txn_versions(self.table, partitions)
+        latest = (
+            end_offsets(self._cluster, partitions, self.fetch)
+            if self.end_spec.kind == "latest"
+            else {}
+        )
+        for partition in partitions:
+            start = self._start(partition)
+            end = self._end(partition, latest)
+            state = self._new_state(partition, start, end)
+            state.durable = self.versions[partition]
+            self._spawn(state)
+        event(
+            log,
+            "replay_started",
+            partitions=",".join(str(p) for p in partitions),
+            start=self.start_spec.kind,
+            end=self.end_spec.kind,
+        )
+
+    def _start(self, partition: Partition) -> StartPosition:
+        spec = self.start_spec
+        if spec.kind == "earliest":
+            return StartPosition.earliest()
+        if spec.kind == "timestamp":
+            assert spec.value is not None
+            return StartPosition.timestamp(spec.value)
+        offset = spec.offset_for(partition)
+        return StartPosition.earliest() if offset is None else StartPosition.offset(offset)
+
+    def _end(self, partition: Partition, latest: dict[Partition, int]) -> EndPosition:
+        spec = self.end_spec
+        if spec.kind == "latest":
+            return EndPosition.offset(latest[partition])
+        if spec.kind == "timestamp":
+            assert spec.value is not None
+            return EndPosition.timestamp(spec.value)
+        offset = spec.offset_for(partition)
+        if offset is None:
+            raise ConfigError(f"no end offset for {partition}", key="--to")
+        return EndPosition.offset(offset)
+
+    def _on_worker_started(self, state: PartitionState, message: WorkerStarted) -> None:
+        version = self.versions.get(state.partition)
+        ends = message.end_offset
+        if version is None or message.start_offset <= version + 1:
+            return
+        if ends is not None and message.start_offset >= ends:
+            return  # an empty range: nothing would be written
+        state.failed = (
+            f"the range starts at offset {message.start_offset}, but the table holds "
+            f"{state.partition} only up to offset {version}: landing it would skip "
+            f"{version + 1}-{message.start_offset - 1}; replay from offset {version + 1} "
+            "or earlier (or let ingest run catch up)"
+        )
+        event(
+            log,
+            "partition_refused",
+            level=logging.ERROR,
+            partition=str(state.partition),
+            error=state.failed,
+        )
+        self._retire(state)
+        state.abandon = True
+        self._abandon_pending(state)
+
+    def _after_batch(self, batch: BatchThread, result: Any) -> None:
+        self._show_progress()
+
+    def _show_progress(self, final: bool = False) -> None:
+        done = total = 0
+        for state in self.states.values():
+            first = state.first_offset
+            end = state.end_offset
+            if first is None or end is None:
+                continue
+            total += max(end - first, 0)
+            if state.finished and not len(state.pending) and not self._in_batch(state):
+                done += max(end - first, 0)
+            elif state.landed_next is not None:
+                done += min(max(state.landed_next - first, 0), max(end - first, 0))
+        self.progress.update(done, total, final=final)
+
+    def _in_batch(self, state: PartitionState) -> bool:
+        return self.batch is not None and state.partition in self.batch.partitions
+
+    def _after_step(self) -> None:
+        self._show_progress()
+
+    def _finished(self) -> bool:
+        if self.stopping:
+            return self._shutdown_done()
+        if self.batch is not None:
+            return False
+        return all((s.finished or s.failed) and not len(s.pending) for s in self.states.values())
+
+    def _complete(self) -> Any:
+        self._show_progress(final=True)
+        outcome = super()._complete()
+        event(
+            log,
+            "replay_done",
+            batches=self.batches,
+            rows=self.rows_written,
+            exit_code=outcome.exit_code,
+        )
+        return outcome
+
+    def _source_status(self) -> dict[str, Any]:
+        return {"group": self.config.source.group_id, "replay": True}

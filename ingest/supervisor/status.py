@@ -1,0 +1,150 @@
+"""``ingest status``: where each partition stands, and the group as the broker sees it.
+
+Per partition: the group's committed offset (OffsetFetch), the Delta txn
+version (the last offset durable in the table), the end offset (a Fetch's high
+watermark, or last stable offset under read_committed; never ListOffsets alone,
+which Tansu answers wrongly), the lag (end minus where a restart would begin:
+max(committed, txn version + 1)), and the table's last commit time. Then the
+group: its state, protocol and members (DescribeGroups; Tansu answers with
+empty member details), its coordinator, and the ``__consumer_offsets``
+partition that holds it.
+
+Nothing here needs the group membership, so it can run beside ``ingest run``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ingest.client import Cluster
+from ingest.config import IngestConfig, offsets_topic_partition
+from ingest.errors import IngestError
+from ingest.supervisor.offsets import (
+    as_offsets,
+    committed_offsets,
+    describe_group,
+    end_offsets,
+    fetch_settings,
+    start_offset,
+    table_config,
+    topic_partitions,
+    txn_versions,
+)
+
+__all__ = ["collect_status", "render_text"]
+
+
+def _last_commit(uri: str, options: dict[str, str]) -> dict[str, Any] | None:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(uri, storage_options=options or None)
+    except TableNotFoundError:
+        return None
+    history = table.history(limit=1)
+    if not history:
+        return None
+    entry = history[0]
+    stamp = entry.get("timestamp")
+    when = (
+        dt.datetime.fromtimestamp(stamp / 1000, dt.UTC).isoformat(timespec="seconds")
+        if isinstance(stamp, int | float)
+        else None
+    )
+    return {"version": table.version(), "time": when, "operation": entry.get("operation")}
+
+
+def collect_status(config: IngestConfig) -> dict[str, Any]:
+    """The report as plain data (``--json`` prints it as it is)."""
+    group = config.source.group_id
+    table = table_config(config)
+    with Cluster(config.client_config()) as cluster:
+        try:
+            partitions = topic_partitions(cluster, config.source.topics)
+        except IngestError as exc:
+            raise IngestError(
+                f"cannot read the metadata of {', '.join(config.source.topics)} from "
+                f"{', '.join(config.kafka.bootstrap_servers)}: {exc}"
+            ) from exc
+        committed = as_offsets(committed_offsets(cluster, group, partitions))
+        ends = end_offsets(cluster, partitions, fetch_settings(config))
+        description = describe_group(cluster, group)
+    durable = txn_versions(table, partitions)
+    last = _last_commit(table.uri, dict(table.storage_options))
+    rows = []
+    for partition in partitions:
+        resume = start_offset(committed[partition], durable[partition])
+        end = ends[partition]
+        rows.append(
+            {
+                "topic": partition.topic,
+                "partition": partition.partition,
+                "committed": committed[partition],
+                "txn_version": durable[partition],
+                "end": end,
+                "lag": end - (resume or 0),
+            }
+        )
+    return {
+        "group": {
+            "id": group,
+            "state": description.state,
+            "protocol_type": description.protocol_type,
+            "protocol": description.protocol,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "host": m.client_host,
+                    "partitions": [str(p) for p in m.assignment],
+                }
+                for m in description.members
+            ],
+            "coordinator": description.coordinator,
+            "offsets_topic_partition": offsets_topic_partition(
+                group, config.source.offsets_topic_partitions
+            ),
+        },
+        "table": {"uri": table.uri, "last_commit": last},
+        "partitions": rows,
+        "total_lag": sum(r["lag"] for r in rows),
+    }
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_text(report: dict[str, Any]) -> str:
+    group = report["group"]
+    table = report["table"]
+    last = table["last_commit"]
+    lines = [
+        f"group {group['id']}: state {group['state'] or '-'}, "
+        f"protocol {group['protocol'] or '-'} ({group['protocol_type'] or '-'}), "
+        f"{len(group['members'])} member(s)",
+        f"coordinator {group['coordinator']}, "
+        f"__consumer_offsets partition {group['offsets_topic_partition']}",
+    ]
+    for member in group["members"]:
+        static = f" instance {member['group_instance_id']}" if member["group_instance_id"] else ""
+        owned = ",".join(member["partitions"]) or "-"
+        lines.append(f"  member {member['member_id']}{static} ({member['host']}): {owned}")
+    if last is None:
+        lines.append(f"table {table['uri']}: not created yet")
+    else:
+        lines.append(
+            f"table {table['uri']}: version {last['version']}, "
+            f"last commit {last['time'] or '-'} ({last['operation'] or '-'})"
+        )
+    header = ("topic", "partition", "committed", "txn_version", "end", "lag")
+    body = [tuple(_cell(row[key]) for key in header) for row in report["partitions"]]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    for row in body:
+        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    lines.append(f"total lag {report['total_lag']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,170 @@
+"""``ingest run`` as a process: continuous mode, metrics, SIGTERM mid-batch, a second signal.
+
+Each CLI process starts its own Spark (local[2], ~8 s of JVM start), so there
+are only two of them; the restarts after them run in the test process with the
+session's Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest.group import Partition
+from ingest.supervisor.runtime import GroupRun
+from ingest.testing import Broker, create_topic, produce
+from tests.runtime.support import (
+    Cli,
+    assert_exact,
+    broker_ends,
+    config,
+    group_offsets,
+    records,
+    row_count,
+    wait_until,
+    write_config,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+PARTITIONS = 4
+
+
+def produce_range(broker: Broker, topic: str, start: int, count: int) -> None:
+    produce(
+        broker.bootstrap,
+        topic,
+        (r for p in range(PARTITIONS) for r in records(p, start, count)),
+        compression="lz4",
+    )
+
+
+def batch_numbers(lines: list[str]) -> list[int]:
+    return [int(re.search(r" batch=(\d+)", line).group(1)) for line in lines]  # type: ignore[union-attr]
+
+
+def finish_until_end(path: Path, spark: Any, ends: int) -> None:
+    """A restart with --until-end (in this process): every offset lands once, the group's
+    offsets reach the end offsets."""
+    cfg = config(path)
+    outcome = GroupRun(cfg, until_end=True, spark=spark).run()
+    assert outcome.exit_code == 0, outcome.message
+    table = cfg.table.uri
+    assert_exact(table, dict.fromkeys(range(PARTITIONS), ends))
+    partitions = [Partition(cfg.source.topics[0], p) for p in range(PARTITIONS)]
+    assert broker_ends(cfg, partitions) == dict.fromkeys(partitions, ends)
+    assert group_offsets(cfg, partitions) == dict.fromkeys(partitions, ends)
+
+
+def test_continuous_run_lands_new_data_and_a_sigterm_mid_batch_stops_it_cleanly(
+    broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
+) -> None:
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    produce_range(broker, topic, 0, 3000)
+    path = write_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=group,
+        table=tmp_path / "table",
+        sections={"metrics": {"listen": "127.0.0.1:0"}},
+    )
+    cli = Cli(["run", "-c", str(path)], tmp_path / "run.log")
+    try:
+        listening = cli.wait_for_event("metrics_listening", 30)
+        address = re.search(r"address=(\S+)", listening).group(1)  # type: ignore[union-attr]
+        cli.wait_for_event("partitions_assigned", 60)
+        # Data produced while it runs, in several rounds.
+        produced = 3000
+        for _ in range(4):
+            produce_range(broker, topic, produced, 1000)
+            produced += 1000
+            time.sleep(0.3)
+        wait_until(
+            lambda: row_count(tmp_path / "table") == PARTITIONS * produced, 120, "the rows so far"
+        )
+        metrics = urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read().decode()
+        status = json.loads(urllib.request.urlopen(f"http://{address}/status", timeout=10).read())
+        assert "ingest_partitions_assigned 4" in metrics
+        consumed = sum(
+            int(float(value))
+            for value in re.findall(r"^ingest_records_consumed_total\{.*\} (\S+)$", metrics, re.M)
+        )
+        assert consumed == PARTITIONS * produced
+        lags = re.findall(
+            r'^ingest_partition_lag\{partition="\d",topic=".*"\} (\d+)$', metrics, re.M
+        )
+        assert len(lags) == PARTITIONS, metrics
+        assert 'ingest_batch_stage_seconds_count{stage="spark"}' in metrics
+        assert [row["state"] for row in status["partitions"]] == ["running"] * PARTITIONS
+        assert all(row["pid"] for row in status["partitions"])
+
+        # A large round, then SIGTERM while one of its batches runs.
+        produce_range(broker, topic, produced, 250_000)
+        produced += 250_000
+        in_flight: list[int] = []
+
+        def batch_running() -> bool:
+            started = batch_numbers(cli.lines("batch_started"))
+            if started and started[-1] not in batch_numbers(cli.lines("batch_committed")):
+                in_flight.append(started[-1])
+                cli.signal(signal.SIGTERM)
+                return True
+            return False
+
+        wait_until(batch_running, 60, "a batch in flight")
+        assert cli.wait(90) == 0, cli.text()[-3000:]
+    finally:
+        cli.kill()
+    log = cli.text()
+    started_at = log.index("event=shutdown_started")
+    # The batch in flight at the signal finished after it, then offsets were committed.
+    assert log.index(f"event=batch_committed batch={in_flight[0]} ") > started_at
+    assert log.rindex("event=offsets_committed") > started_at
+    assert "event=left_group" in log
+    cfg = config(path)
+    partitions = [Partition(topic, p) for p in range(PARTITIONS)]
+    offsets = group_offsets(cfg, partitions)
+    landed = row_count(tmp_path / "table")
+    # The group's offsets are exactly what the table holds.
+    assert sum(o or 0 for o in offsets.values()) == landed
+    # A restart (here --until-end) lands the rest once.
+    produce_range(broker, topic, produced, 500)
+    finish_until_end(path, spark, produced + 500)
+
+
+def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
+    broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
+) -> None:
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    produce_range(broker, topic, 0, 100_000)
+    path = write_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=group,
+        table=tmp_path / "table",
+    )
+    cli = Cli(["run", "-c", str(path)], tmp_path / "run.log")
+    try:
+        cli.wait_for_event("batch_started", 90)
+        cli.signal(signal.SIGTERM)
+        cli.wait_for_event("shutdown_started", 10)
+        cli.signal(signal.SIGINT)
+        started = time.monotonic()
+        code = cli.wait(30)
+        took = time.monotonic() - started
+    finally:
+        cli.kill()
+    assert code == 128 + signal.SIGINT, cli.text()[-3000:]
+    assert took < 5, took
+    assert "second signal: exiting at once" in cli.text()
+    produce_range(broker, topic, 100_000, 1000)
+    finish_until_end(path, spark, 101_000)

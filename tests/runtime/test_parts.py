@@ -1,0 +1,263 @@
+"""The supervisor's pure parts and the CLI's failure paths (no Spark needed)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ingest.errors import ConfigError
+from ingest.group import Partition
+from ingest.handoff import CorruptRangeReported, SegmentSealed
+from ingest.supervisor.batches import PendingItems, item_next_offset, select
+from ingest.supervisor.logs import JsonFormatter, KeyValueFormatter, event
+from ingest.supervisor.metrics import Metrics, MetricsServer
+from ingest.supervisor.progress import Progress
+from ingest.supervisor.replay import Position, parse_partitions, parse_position
+from tests.runtime.support import ROOT, write_config
+
+
+def segment(partition: int, first: int, count: int, size: int = 100) -> SegmentSealed:
+    return SegmentSealed(
+        segment_id=f"t/{partition}/{first}-x",
+        uri=f"/dev/null/{partition}/{first}",
+        topic="t",
+        partition=partition,
+        from_offset=first,
+        first_offset=first,
+        last_offset=first + count - 1,
+        next_offset=first + count,
+        record_count=count,
+        bytes=size,
+        min_timestamp=0,
+        max_timestamp=0,
+    )
+
+
+def pending_of(*partitions: list[SegmentSealed]) -> dict[Partition, PendingItems]:
+    out: dict[Partition, PendingItems] = {}
+    for segments in partitions:
+        items = PendingItems()
+        for s in segments:
+            items.add(s, 0.0)
+        out[Partition("t", segments[0].partition)] = items
+    return out
+
+
+def test_a_batch_takes_a_prefix_of_each_partition_round_robin() -> None:
+    pending = pending_of(
+        [segment(0, 0, 10), segment(0, 10, 10), segment(0, 20, 10)],
+        [segment(1, 0, 10), segment(1, 10, 10)],
+    )
+    chosen = select(pending, max_bytes=350, max_records=10**9)
+    taken = {p.partition: [s.first_offset for s in items] for p, items in chosen.items.items()}
+    # 3 segments fit: round-robin gives p0 two and p1 one, each a prefix.
+    assert taken == {0: [0, 10], 1: [0]}
+    assert [s.first_offset for _, s in pending[Partition("t", 0)].items] == [20]
+    assert pending[Partition("t", 0)].bytes == 100 and pending[Partition("t", 1)].records == 10
+
+
+def test_a_batch_holds_at_least_one_item_and_respects_the_record_bound() -> None:
+    pending = pending_of([segment(0, 0, 50, size=10_000)], [segment(1, 0, 5)])
+    chosen = select(pending, max_bytes=1, max_records=10**9)
+    assert chosen.records == 50 and len(chosen.segments()) == 1
+    chosen = select(pending, max_bytes=10**9, max_records=4)
+    assert chosen.records == 5
+
+
+def test_failed_items_go_back_in_front_in_order() -> None:
+    items = PendingItems()
+    for s in (segment(0, 0, 1), segment(0, 1, 1), segment(0, 2, 1)):
+        items.add(s, 1.0)
+    first = items.take(2)
+    items.put_back(first, 5.0)
+    assert [s.first_offset for _, s in items.items] == [0, 1, 2]
+    assert items.records == 3 and items.bytes == 300 and items.oldest() == 5.0
+
+
+def test_a_corrupt_range_without_its_end_has_no_next_offset() -> None:
+    broken = CorruptRangeReported("t/0/corrupt-5-x", "u", "t", 0, 5, None, 10, "bad", "framing")
+    whole = CorruptRangeReported("t/0/corrupt-5-y", "u", "t", 0, 5, 9, 10, "bad", "crc")
+    assert item_next_offset(broken) is None
+    assert item_next_offset(whole) == 10
+
+
+def _record(message: str, **fields: object) -> logging.LogRecord:
+    logger = logging.getLogger("test.structured")
+    captured: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            captured.append(record)
+
+    handler = Keep()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        event(logger, message, **fields)
+    finally:
+        logger.removeHandler(handler)
+    return captured[0]
+
+
+def test_an_event_is_one_key_value_line_or_one_json_object() -> None:
+    record = _record("batch_committed", rows=12, path="a b", offsets={"t-0": 5})
+    line = KeyValueFormatter().format(record)
+    assert "\n" not in line
+    assert " event=batch_committed rows=12 " in line
+    assert 'path="a b"' in line and 'offsets="{\\"t-0\\": 5}"' in line
+    document = json.loads(JsonFormatter().format(record))
+    assert document["event"] == "batch_committed" and document["offsets"] == {"t-0": 5}
+    assert document["level"] == "info" and document["logger"] == "test.structured"
+
+
+def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
+    metrics = Metrics()
+    metrics.inc("ingest_records_consumed_total", 5, topic="t", partition=0)
+    metrics.inc("ingest_records_consumed_total", 7, topic="t", partition=0)
+    metrics.observe("ingest_batch_stage_seconds", 0.5, stage="spark")
+    metrics.observe("ingest_batch_stage_seconds", 1.5, stage="spark")
+    scraped: list[int] = []
+
+    def collect(into: Metrics) -> None:
+        scraped.append(1)
+        into.set("ingest_partition_lag", 42, topic="t", partition=0)
+
+    server = MetricsServer(
+        metrics, "127.0.0.1:0", status=lambda: {"partitions": [{"partition": 0}]}, collector=collect
+    )
+    try:
+        base = f"http://{server.address}"
+        text = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        again = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        status = json.loads(urllib.request.urlopen(f"{base}/status", timeout=5).read())
+    finally:
+        server.close()
+    assert "# TYPE ingest_records_consumed_total counter" in text
+    assert 'ingest_records_consumed_total{partition="0",topic="t"} 12' in text
+    assert 'ingest_batch_stage_seconds_sum{stage="spark"} 2' in text
+    assert 'ingest_batch_stage_seconds_count{stage="spark"} 2' in text
+    assert 'ingest_partition_lag{partition="0",topic="t"} 42' in text
+    assert len(scraped) == 1 and again == text  # the collector's answer is cached
+    assert status == {"partitions": [{"partition": 0}]}
+
+
+def test_progress_draws_a_bar_on_a_terminal_and_lines_elsewhere() -> None:
+    now = [0.0]
+    tty = io.StringIO()
+    bar = Progress("replay", stream=tty, tty=True, clock=lambda: now[0])
+    now[0] = 10.0
+    bar.update(250, 1000)
+    assert tty.getvalue().startswith("\rreplay [")
+    assert "250/1,000 records" in tty.getvalue() and "25/s" in tty.getvalue()
+    assert "ETA 0:30" in tty.getvalue()
+    plain = io.StringIO()
+    lines = Progress("replay", stream=plain, tty=False, every=5.0, clock=lambda: now[0])
+    now[0] = 11.0
+    lines.update(10, 100)
+    now[0] = 12.0
+    lines.update(20, 100)  # within 5 s: not shown
+    lines.update(100, 100, final=True)
+    shown = plain.getvalue().splitlines()
+    assert len(shown) == 2
+    assert shown[-1].startswith("replay: 100/100 records (100.0%)")
+
+
+def test_positions_and_partitions_parse() -> None:
+    assert parse_position("earliest", "--from") == Position("earliest")
+    assert parse_position("latest", "--to") == Position("latest")
+    assert parse_position("1200", "--from") == Position("offset", 1200)
+    assert parse_position("@1767225600000", "--from") == Position("timestamp", 1767225600000)
+    assert parse_position("2026-01-01T00:00:01Z", "--to") == Position("timestamp", 1767225601000)
+    assert parse_position("2026-01-01T00:00:01", "--to") == Position("timestamp", 1767225601000)
+    pairs = parse_position("0:10,t:3:20", "--from")
+    assert pairs.offset_for(Partition("t", 0)) == 10
+    assert pairs.offset_for(Partition("t", 3)) == 20
+    assert pairs.offset_for(Partition("t", 1)) is None
+    assert parse_partitions("0, 2,t:5", ["t"]) == [0, 2, Partition("t", 5)]
+    assert parse_partitions(None, ["t"]) is None
+    for text, option in (("latest", "--from"), ("earliest", "--to"), ("soon", "--from")):
+        with pytest.raises(ConfigError, match=option):
+            parse_position(text, option)
+    with pytest.raises(ConfigError, match=r"not in source\.topics"):
+        parse_partitions("other:1", ["t"])
+
+
+# -- the CLI's failure paths, as a user meets them ---------------------------------------------
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ingest.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_a_config_error_exits_2_naming_the_file_and_key(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path / "bad.toml",
+        bootstrap="127.0.0.1:9",
+        topic="t",
+        group="g",
+        table=tmp_path / "table",
+        sections={"trigger": {"max_bytes": "lots"}},
+    )
+    done = cli("run", "-c", str(path), "--until-end")
+    assert done.returncode == 2, done.stderr
+    assert f"{path}: trigger.max_bytes: expected a size" in done.stderr
+    missing = cli("status", "-c", str(tmp_path / "absent.toml"))
+    assert missing.returncode == 2 and "cannot read the config" in missing.stderr
+
+
+def test_an_unreachable_bootstrap_server_fails_clearly_and_in_bounded_time(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    path = write_config(
+        tmp_path / "x.toml",
+        bootstrap=f"127.0.0.1:{port}",
+        topic="t",
+        group="g",
+        table=tmp_path / "table",
+        sections={"kafka": {"retry_timeout": "2s", "connect_timeout": "1s"}},
+    )
+    for command in (["run", "-c", str(path), "--until-end"], ["status", "-c", str(path)]):
+        started = time.monotonic()
+        done = cli(*command)
+        took = time.monotonic() - started
+        assert done.returncode == 1, done.stderr
+        assert f"127.0.0.1:{port}" in done.stderr and "cannot read the metadata" in done.stderr
+        assert took < 20, took
+
+
+def test_print_config_masks_secrets_and_exits(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(
+        "[kafka]\nbootstrap_servers = ['127.0.0.1:9']\nsecurity_protocol = 'SASL_PLAINTEXT'\n"
+        "[kafka.sasl]\nmechanism = 'PLAIN'\nusername = 'u'\npassword_env = 'TEST_INGEST_PW'\n"
+        "[source]\ntopics = ['t']\ngroup_id = 'g'\n[table]\nuri = '/tmp/x'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "run", "-c", str(path), "--print-config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TEST_INGEST_PW": "hunter2-secret"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hunter2" not in done.stdout + done.stderr
+    assert 'password_env = "TEST_INGEST_PW"  # value: ***' in done.stdout
+    assert "[trigger]" in done.stdout and "shutdown_timeout" in done.stdout
