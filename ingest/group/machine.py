@@ -153,6 +153,11 @@ class GroupMachine:
         self._lookup_reason = "no coordinator known yet"
         self._member_id = ""
         self._generation_id = -1
+        # The generation whose SyncGroup gave us what we own. The subscription carries this,
+        # not the latest JoinGroup's generation: it is what the assignor needs to rank stale
+        # claims, and it keeps the subscription unchanged across rejoins that change nothing
+        # (a broker may start a new generation for every changed subscription).
+        self._owned_generation = -1
         self._protocol_name: str | None = None
         self._leader_id = ""
         # A "round" is one attempt to join and sync; abandoning it makes its responses stale.
@@ -583,6 +588,7 @@ class GroupMachine:
         if revoked:
             self._revoke(revoked, _After.REJOIN, out)
         self._owned = assigned
+        self._owned_generation = self._generation_id
         out.append(PartitionsAssigned(added, assigned, self._generation_id, self._member_id))
         if revoked:
             return REVOKING
@@ -738,6 +744,7 @@ class GroupMachine:
         if lost:
             out.append(PartitionsLost(lost, reason))
         self._owned = frozenset()
+        self._owned_generation = -1
         self._revoking = frozenset()
 
     def _reset_generation(self, *, reset_member_id: bool) -> None:
@@ -907,7 +914,7 @@ class GroupMachine:
                 member_id=self._member_id,
                 topics=self._subscription,
                 owned=self._owned,
-                generation_id=self._generation_id,
+                generation_id=self._owned_generation,
                 reason=self._join_reason,
                 version=versions.join_group,
             )

@@ -282,10 +282,36 @@ def test_fenced_instance_id_on_join_is_terminal() -> None:
 
 def test_sync_rebalance_in_progress_rejoins_with_the_same_identity() -> None:
     s = Script()
-    s.syncing(generation=3)
+    s(Subscribe(frozenset({TOPIC})))
+    first = only_request(s(coordinator_found()), JoinGroupRequest)
+    s(join_ok(s.member_id, generation=3))
     rejoin = only_request(s(sync_error(E.REBALANCE_IN_PROGRESS)), JoinGroupRequest)
     assert rejoin.member_id == "member-1" and s.state is S.JOINING
-    assert decode_subscription(rejoin.protocols[0].metadata).generation_id == 3
+    # Nothing is owned yet, so the subscription claims no generation and is byte-identical.
+    assert decode_subscription(rejoin.protocols[0].metadata).generation_id == -1
+    assert rejoin.protocols == first.protocols
+
+
+def test_the_subscription_carries_the_generation_of_what_is_owned() -> None:
+    """A failed sync in a later generation leaves the claim, and the bytes, unchanged.
+
+    A broker that starts a new generation for every changed subscription (Tansu 0.6.0)
+    would otherwise be pushed into a new generation by every rejoin.
+    """
+    s = Script()
+    s.stable()  # generation 1 owns orders-0/1
+    s(Tick(), after=1.0)
+    first = only_request(s(heartbeat(E.REBALANCE_IN_PROGRESS)), JoinGroupRequest)
+    s(join_ok(s.member_id, generation=2))
+    rejoin = only_request(s(sync_error(E.REBALANCE_IN_PROGRESS)), JoinGroupRequest)
+    claim = decode_subscription(rejoin.protocols[0].metadata)
+    assert claim.generation_id == 1
+    assert rejoin.protocols == first.protocols
+    s(join_ok(s.member_id, generation=5))
+    s(sync_ok(tp(TOPIC, 0, 1)))
+    s(Tick(), after=1.0)
+    later = only_request(s(heartbeat(E.REBALANCE_IN_PROGRESS)), JoinGroupRequest)
+    assert decode_subscription(later.protocols[0].metadata).generation_id == 5
 
 
 @pytest.mark.parametrize(
