@@ -114,6 +114,9 @@ class Batch:
     segments: tuple[SegmentSealed, ...]
     corrupt: tuple[CorruptRangeReported, ...] = ()
     segment_storage_options: Mapping[str, Any] = field(default_factory=dict)
+    # Replace the rows the tables hold in the batch's offset ranges (replay --overwrite)
+    # instead of skipping the offsets they already hold.
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "segments", tuple(self.segments))
@@ -123,6 +126,18 @@ class Batch:
         keys = {(s.topic, s.partition) for s in self.segments}
         keys |= {(c.topic, c.partition) for c in self.corrupt}
         return sorted(keys)
+
+    def offset_ranges(self) -> dict[PartitionKey, tuple[int, int]]:
+        """The first and last offset the batch accounts for, per partition."""
+        first: dict[PartitionKey, int] = {}
+        for s in self.segments:
+            key = (s.topic, s.partition)
+            first[key] = min(first.get(key, s.first_offset), s.first_offset)
+        for c in self.corrupt:
+            key = (c.topic, c.partition)
+            first[key] = min(first.get(key, c.first_offset), c.first_offset)
+        last = self.last_offsets()
+        return {key: (first[key], last[key]) for key in first}
 
     def last_offsets(self) -> dict[PartitionKey, int]:
         """The last offset the batch accounts for, per partition (its txn version)."""
@@ -151,6 +166,7 @@ class BatchResult:
     path: str  # "arrow", "spark" or "none"
     files: int = 0
     attempts: int = 1
+    replaced_rows: int = 0  # rows of the table an overwrite took out
 
 
 class _Stages:
@@ -232,8 +248,18 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
     last = batch.last_offsets()
     table = main.load()
     main.check_partitioning(table)
-    planned = DeltaTarget.versions_in(table, list(apps.values()))
-    dead_planned = dead_target.versions(list(apps.values()))
+    if batch.overwrite:
+        if config.mode == "upsert":
+            raise ConfigError(
+                "applies to append mode; an upsert replay MERGEs, which already replaces",
+                key="--overwrite",
+            )
+        # Everything in range is written again; the commits take the old rows out.
+        planned: dict[str, int | None] = dict.fromkeys(apps.values())
+        dead_planned: dict[str, int | None] = dict.fromkeys(apps.values())
+    else:
+        planned = DeltaTarget.versions_in(table, list(apps.values()))
+        dead_planned = dead_target.versions(list(apps.values()))
     ingest_time = dt.datetime.now(dt.UTC)
     token = uuid.uuid4().hex[:16]
     tasks = tuple(
@@ -346,7 +372,15 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
             )
         dead_outcome = None
         handed_over["dead"] = True
-        if dead_files:
+        if batch.overwrite:
+            if dead_files or dead_target.load() is not None:
+                dead_outcome = dead_target.commit_replacing(
+                    dead_files,
+                    {apps[key]: last[key] for key in apps},
+                    DEAD_LETTER_SCHEMA,
+                    ranges=batch.offset_ranges(),
+                )
+        elif dead_files:
             dead_outcome = dead_target.commit_files(
                 dead_files,
                 {apps[key]: last[key] for key in apps},
@@ -363,6 +397,8 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
             outcome = upsert(
                 main, source, merge_keys=config.merge_keys, txns=txns, app_id_of=app_id_of
             )
+        elif batch.overwrite:
+            outcome = main.commit_replacing(data_files, txns, schema, ranges=batch.offset_ranges())
         else:
             outcome = main.commit_files(
                 data_files, txns, schema, planned=planned, app_id_of=app_id_of
@@ -377,7 +413,10 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
     finally:
         if upserting:
             main.location.delete_dir(f"{STAGING}/{token}")
-    return _result(outcome, dead_outcome, apps, path if tasks else "none", stages)
+    result = _result(outcome, dead_outcome, apps, path if tasks else "none", stages)
+    if batch.overwrite:
+        result = BatchResult(**{**result.__dict__, "replaced_rows": outcome.dropped_rows})
+    return result
 
 
 def _or_minus_one(version: int | None) -> int:

@@ -19,6 +19,14 @@ source partition. The loop it runs, until the commit lands or gives up:
 5. ``CommitFailedError`` (a concurrent transaction conflicted, e.g. one that
    wrote the same app ids) or a lost creation race: back off and go to 1.
 
+``DeltaTarget.commit_replacing`` is the overwrite form (``ingest replay
+--overwrite``): in the same single transaction it also removes every row the
+table holds in the batch's offset ranges. Files wholly inside a range are
+removed; files that mix rows inside and outside are rewritten without the
+inside rows. The txn versions never move back, and every partition's txn is
+written even when its version stays, so a concurrent writer of the same
+partitions conflicts with the replacement instead of racing it.
+
 A commit that gives up deletes the files it would have added, so a lost race
 leaves no orphans behind. The committed version is found in the history by a
 token the commit carries in its commitInfo (``ingest.commit``).
@@ -33,9 +41,11 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Field, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -45,7 +55,14 @@ from ingest.errors import SinkError
 from ingest.sink.files import FOOTER_KEY, DataFile, delta_stats, sources_of, write_parquet
 from ingest.sink.storage import TableLocation
 
-__all__ = ["CommitOutcome", "DeltaTarget", "StaleBatchError", "schema_changes"]
+__all__ = [
+    "CommitOutcome",
+    "DeltaTarget",
+    "StaleBatchError",
+    "now_ms",
+    "schema_changes",
+    "txn_times",
+]
 
 log = logging.getLogger("ingest.sink")
 
@@ -72,6 +89,67 @@ class CommitOutcome:
     committed: bool
     dropped_rows: int = 0
     stage_seconds: Mapping[str, float] = field(default_factory=dict)
+
+
+def now_ms() -> int:
+    """A txn action's ``lastUpdated``: when the commit holding it was made."""
+    return int(time.time() * 1000)
+
+
+# How far back ``txn_times`` reads commit files before it gives up on an app id
+# (checkpoints, written every 100 commits by default, cut the walk short).
+_TXN_WALK_LIMIT = 500
+
+
+def txn_times(location: TableLocation, app_ids: Sequence[str]) -> dict[str, int | None]:
+    """When each app id's txn version was last written (ms since the epoch), read
+    from the Delta log: its ``lastUpdated``, else the timestamp of the commit that
+    holds it. None: no such txn (or older than the walk reaches)."""
+    found: dict[str, int | None] = dict.fromkeys(app_ids)
+    wanted = set(app_ids)
+    filesystem, root = location.filesystem()
+    log_dir = f"{root.rstrip('/')}/_delta_log"
+    try:
+        listing = filesystem.get_file_info(pafs.FileSelector(log_dir))
+    except (FileNotFoundError, OSError):
+        return found
+    commits = sorted(
+        (int(info.base_name[:20]), info.path)
+        for info in listing
+        if info.base_name.endswith(".json") and info.base_name[:20].isdigit()
+    )
+    checkpoints = sorted(
+        (int(info.base_name[:20]), info.path)
+        for info in listing
+        if ".checkpoint" in info.base_name and info.base_name.endswith(".parquet")
+    )
+    newest_checkpoint = checkpoints[-1][0] if checkpoints else -1
+    for version, path in reversed(commits[-_TXN_WALK_LIMIT:]):
+        if not wanted or version <= newest_checkpoint:
+            break
+        with filesystem.open_input_stream(path) as stream:
+            lines = stream.read().decode().splitlines()
+        stamp: int | None = None
+        seen: dict[str, int | None] = {}
+        for line in lines:
+            if '"commitInfo"' in line:
+                stamp = json.loads(line)["commitInfo"].get("timestamp")
+            elif '"txn"' in line:
+                txn = json.loads(line)["txn"]
+                if txn.get("appId") in wanted:
+                    seen[txn["appId"]] = txn.get("lastUpdated")
+        for app, updated in seen.items():
+            found[app] = updated if updated is not None else stamp
+            wanted.discard(app)
+    if wanted and checkpoints:
+        parts = [p for v, p in checkpoints if v == newest_checkpoint]
+        for part in parts:
+            with filesystem.open_input_file(part) as handle:
+                column = pq.read_table(handle, columns=["txn"]).column("txn")
+            for txn in column.to_pylist():
+                if txn and txn.get("appId") in wanted:
+                    found[txn["appId"]] = txn.get("lastUpdated")
+    return found
 
 
 def _type_json(delta_field: Field) -> object:
@@ -227,7 +305,10 @@ class DeltaTarget:
                 token = uuid.uuid4().hex
                 properties = CommitProperties(
                     custom_metadata={COMMIT_TOKEN_KEY: token},
-                    app_transactions=[Transaction(app, v) for app, v in sorted(wanted.items())],
+                    app_transactions=[
+                        Transaction(app, v, last_updated=now_ms())
+                        for app, v in sorted(wanted.items())
+                    ],
                 )
                 if table is None:
                     self.create_empty(schema)
@@ -276,6 +357,164 @@ class DeltaTarget:
             committed=True,
             dropped_rows=dropped,
         )
+
+    def commit_replacing(
+        self,
+        files: Sequence[DataFile],
+        txns: Mapping[str, int],
+        schema: pa.Schema,
+        *,
+        ranges: Mapping[PartitionKey, tuple[int, int]],
+    ) -> CommitOutcome:
+        """Commits ``files`` and ``txns`` in one transaction that also removes the
+        table's rows in ``ranges`` ((topic, partition) -> inclusive first and last
+        offset). ``CommitOutcome.dropped_rows`` counts the rows it replaced."""
+        pending = list(files)
+        schema = nullable_schema(schema)
+        in_doubt = False
+        rewritten: list[DataFile] = []
+        try:
+            for attempt in range(1, self.max_attempts + 1):
+                table = self.load()
+                if table is None:
+                    self.create_empty(schema)
+                    continue
+                self.check_partitioning(table)
+                names = {f.name for f in table.schema().fields}
+                missing = sorted({"topic", "partition", "offset"} - names)
+                if missing:
+                    raise SinkError(
+                        f"{self.uri}: rows can be replaced only in a table that keeps the "
+                        f"columns topic, partition and offset; it lacks {missing}"
+                    )
+                current = self.versions_in(table, list(txns))
+                wanted = {
+                    app: version if current[app] is None else max(version, current[app] or 0)
+                    for app, version in txns.items()
+                }
+                try:
+                    if self.evolve(table, schema):
+                        continue  # reload: the cut is taken from the evolved snapshot
+                except CommitFailedError:
+                    self._sleep(attempt)
+                    continue
+                self._check_files(pending)
+                removes, rewritten, replaced = self._cut_ranges(table, ranges, attempt)
+                token = uuid.uuid4().hex
+                properties = CommitProperties(
+                    custom_metadata={COMMIT_TOKEN_KEY: token},
+                    app_transactions=[
+                        Transaction(app, v, last_updated=now_ms())
+                        for app, v in sorted(wanted.items())
+                    ],
+                )
+                actions: list[AddAction | RemoveAction] = [
+                    *removes,
+                    *(f.add_action() for f in rewritten),
+                    *(f.add_action() for f in pending),
+                ]
+                in_doubt = True
+                try:
+                    table.create_write_transaction(
+                        actions,
+                        "append",
+                        table.schema(),
+                        partition_by=list(self.partition_by) or None,
+                        commit_properties=properties,
+                    )
+                except CommitFailedError as exc:
+                    in_doubt = False
+                    log.info("%s: replacing attempt %d lost a race: %s", self.uri, attempt, exc)
+                    self._drop_rewritten(rewritten)
+                    rewritten = []
+                    self._sleep(attempt)
+                    continue
+                except DeltaError as exc:
+                    raise SinkError(f"{self.uri}: commit failed: {exc}") from exc
+                break
+            else:
+                raise SinkError(f"{self.uri}: no commit after {self.max_attempts} attempts")
+        except BaseException:
+            if in_doubt:
+                log.error(
+                    "%s: commit outcome unknown; keeping its %d files",
+                    self.uri,
+                    len(pending) + len(rewritten),
+                )
+            else:
+                self.location.delete(f.path for f in [*pending, *rewritten])
+            raise
+        log.info(
+            "%s: replaced %d rows in %d files with %d rows",
+            self.uri,
+            replaced,
+            len(removes),
+            sum(f.rows for f in pending),
+        )
+        return CommitOutcome(
+            version=self._version_of(token),
+            files=tuple(pending),
+            rows=sum(f.rows for f in pending),
+            txn_versions={**current, **wanted},
+            attempts=attempt,
+            committed=True,
+            dropped_rows=replaced,
+        )
+
+    def _drop_rewritten(self, rewritten: Sequence[DataFile]) -> None:
+        self.location.delete(f.path for f in rewritten)
+
+    def _cut_ranges(
+        self,
+        table: DeltaTable,
+        ranges: Mapping[PartitionKey, tuple[int, int]],
+        attempt: int,
+    ) -> tuple[list[RemoveAction], list[DataFile], int]:
+        """The remove actions, rewritten files and replaced row count that take
+        every row in ``ranges`` out of ``table``'s current snapshot."""
+        if not ranges:
+            return [], [], 0
+        listing = pa.table(table.get_add_actions(flatten=True))
+        removes: list[RemoveAction] = []
+        rewritten: list[DataFile] = []
+        replaced = 0
+        now_ms = int(time.time() * 1000)
+        partition_columns = [c for c in listing.column_names if c.startswith("partition.")]
+        filesystem, root = self.location.filesystem()
+        for entry in listing.to_pylist():
+            if not _may_hold(entry, ranges):
+                continue
+            with filesystem.open_input_file(f"{root}/{entry['path']}") as handle:
+                rows = pq.read_table(handle)
+            inside = _in_ranges(rows, ranges)
+            hits = pc.sum(inside).as_py() or 0
+            if not hits:
+                continue
+            replaced += hits
+            described = _footer(rows.schema)
+            partition_values = (
+                described.partition_values
+                if described is not None
+                else tuple(
+                    (column.removeprefix("partition."), _partition_text(entry[column]))
+                    for column in partition_columns
+                )
+            )
+            removes.append(
+                RemoveAction(
+                    entry["path"],
+                    True,
+                    now_ms,
+                    size=int(entry["size_bytes"]),
+                    partition_values=dict(partition_values) or None,
+                )
+            )
+            if hits < rows.num_rows:
+                remaining = rows.filter(pc.invert(inside))
+                rewritten.append(
+                    self._write_remainder(entry["path"], partition_values, remaining, attempt)
+                )
+        return removes, rewritten, replaced
 
     def commit_txns(self, txns: Mapping[str, int], schema: pa.Schema) -> CommitOutcome:
         """A commit holding only txn actions (e.g. after a merge that changed nothing)."""
@@ -384,12 +623,24 @@ class DeltaTarget:
         remaining = rows.filter(pc.invert(drop))
         if remaining.num_rows == 0:
             return None
-        directory, _, name = data_file.path.rpartition("/")
-        relative = f"{directory}/r{attempt}-{name}" if directory else f"r{attempt}-{name}"
+        return self._write_remainder(data_file.path, data_file.partition_values, remaining, attempt)
+
+    def _write_remainder(
+        self,
+        path: str,
+        partition_values: tuple[tuple[str, str | None], ...],
+        remaining: pa.Table,
+        attempt: int,
+    ) -> DataFile:
+        """``remaining`` written next to ``path`` as a new data file (with its footer)."""
+        filesystem, root = self.location.filesystem()
+        directory, _, name = path.rpartition("/")
+        prefix = f"r{attempt}-{uuid.uuid4().hex[:8]}"
+        relative = f"{directory}/{prefix}-{name}" if directory else f"{prefix}-{name}"
         described = DataFile(
             path=relative,
             size=0,
-            partition_values=data_file.partition_values,
+            partition_values=partition_values,
             rows=remaining.num_rows,
             stats=delta_stats(remaining),
             sources=sources_of(remaining),
@@ -402,9 +653,61 @@ class DeltaTarget:
         return DataFile(
             path=relative,
             size=int(size),
-            partition_values=data_file.partition_values,
+            partition_values=partition_values,
             rows=remaining.num_rows,
             stats=described.stats,
             sources=described.sources,
             modification_time=int(time.time() * 1000),
         )
+
+
+def _may_hold(entry: Mapping[str, object], ranges: Mapping[PartitionKey, tuple[int, int]]) -> bool:
+    """Whether a file's statistics allow rows in ``ranges`` (no statistics: maybe)."""
+    low_topic, high_topic = entry.get("min.topic"), entry.get("max.topic")
+    low_part, high_part = entry.get("min.partition"), entry.get("max.partition")
+    low_offset, high_offset = entry.get("min.offset"), entry.get("max.offset")
+    for (topic, partition), (first, last) in ranges.items():
+        topic_out = (
+            isinstance(low_topic, str)
+            and isinstance(high_topic, str)
+            and not low_topic <= topic <= high_topic
+        )
+        partition_out = (
+            isinstance(low_part, int)
+            and isinstance(high_part, int)
+            and not low_part <= partition <= high_part
+        )
+        offsets_out = (
+            isinstance(low_offset, int)
+            and isinstance(high_offset, int)
+            and (high_offset < first or low_offset > last)
+        )
+        if topic_out or partition_out or offsets_out:
+            continue
+        return True
+    return False
+
+
+def _footer(schema: pa.Schema) -> DataFile | None:
+    """How ingest described a data file it wrote (None for another writer's file)."""
+    raw = (schema.metadata or {}).get(FOOTER_KEY)
+    return None if raw is None else DataFile.from_json(raw)
+
+
+def _in_ranges(rows: pa.Table, ranges: Mapping[PartitionKey, tuple[int, int]]) -> Any:
+    inside: Any = pa.array([False] * rows.num_rows, pa.bool_())
+    topic, partition, offset = rows.column("topic"), rows.column("partition"), rows.column("offset")
+    for (name, index), (first, last) in ranges.items():
+        hit = pc.and_(
+            pc.and_(pc.equal(topic, name), pc.equal(partition, index)),
+            pc.and_(pc.greater_equal(offset, first), pc.less_equal(offset, last)),
+        )
+        inside = pc.or_(inside, pc.fill_null(hit, False))
+    return inside
+
+
+def _partition_text(value: object) -> str | None:
+    """A partition value as the Delta log writes it (strings; None for null)."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)

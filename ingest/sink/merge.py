@@ -30,7 +30,13 @@ from deltalake import CommitProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import SinkError
-from ingest.sink.delta import COMMIT_TOKEN_KEY, CommitOutcome, DeltaTarget, nullable_schema
+from ingest.sink.delta import (
+    COMMIT_TOKEN_KEY,
+    CommitOutcome,
+    DeltaTarget,
+    now_ms,
+    nullable_schema,
+)
 
 __all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert"]
 
@@ -144,7 +150,8 @@ def upsert(
                         commit_properties=CommitProperties(
                             custom_metadata={COMMIT_TOKEN_KEY: token},
                             app_transactions=[
-                                Transaction(app, v) for app, v in sorted(wanted.items())
+                                Transaction(app, v, last_updated=now_ms())
+                                for app, v in sorted(wanted.items())
                             ],
                         ),
                     )

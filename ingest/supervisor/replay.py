@@ -12,8 +12,16 @@ A replay that would land offsets past the table's txn version moves that
 version, like ``ingest run`` does. It must therefore start at or below the
 version + 1: starting further on would mark the offsets in between as landed
 without landing them, so such a partition is refused (``ingest run`` or a
-replay from an earlier offset fills it). ``--overwrite`` (rewriting rows
-already in the table) is not supported yet and is refused.
+replay from an earlier offset fills it).
+
+``--overwrite`` (append mode) writes every record of the range again and, in
+the same Delta transaction per batch, removes the rows the table held at those
+offsets (files partly in range are rewritten without them): after a schema or
+transform fix, the range reads as the current configuration decodes it. The
+dead-letter table's rows in the range are replaced the same way, first. A
+replay killed halfway leaves each batch either replaced or untouched; running
+it again finishes the job. Offsets stay exact: each one is in the table or the
+dead-letter table, once.
 
 Progress (records done of the total, rate, ETA) goes to stderr: a bar on a
 terminal, plain lines otherwise.
@@ -144,11 +152,12 @@ class ReplayRun(Engine):
         progress: Progress | None = None,
     ) -> None:
         super().__init__(config, spark=spark, metrics=metrics)
-        if overwrite:
+        if overwrite and config.table.mode == "upsert":
             raise ConfigError(
-                "is not supported yet: a replay never rewrites rows the table holds",
+                "applies to append mode; an upsert replay MERGEs, which already replaces rows",
                 key="--overwrite",
             )
+        self.overwrite = overwrite
         if start.kind == "latest":
             raise ConfigError("'latest' is not a valid --from", key="--from")
         self.start_spec = start

@@ -246,6 +246,8 @@ class Engine:
     """Workers, batches, releases, restarts, shutdown; subclasses own the partitions."""
 
     mode = "engine"
+    # Replays with --overwrite replace the rows the table holds in their ranges.
+    overwrite = False
 
     def __init__(
         self,
@@ -595,7 +597,7 @@ class Engine:
         if state.abandon:
             self._release({state.partition: [item]})
             return
-        if not len(state.pending) and _already_durable(item, state.durable):
+        if not self.overwrite and not len(state.pending) and _already_durable(item, state.durable):
             # Fetched again after a restart or a rebalance: the table has it; no Spark needed.
             if following is not None:
                 state.landed_next = max(following, state.landed_next or 0)
@@ -750,6 +752,7 @@ class Engine:
             selection.segments(),
             selection.corrupt(),
             segment_storage_options=self.store.config.storage_options,
+            overwrite=self.overwrite,
         )
         spark = self.spark
 

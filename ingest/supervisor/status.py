@@ -4,7 +4,9 @@ Per partition: the group's committed offset (OffsetFetch), the Delta txn
 version (the last offset durable in the table), the end offset (a Fetch's high
 watermark, or last stable offset under read_committed; never ListOffsets alone,
 which Tansu answers wrongly), the lag (end minus where a restart would begin:
-max(committed, txn version + 1)), and the table's last commit time. Then the
+max(committed, txn version + 1)), and when the table last took data of the
+partition (its txn action's ``lastUpdated``, or the time of the commit that
+holds it). Then the table's last commit. Then the
 group: its state, protocol and members (DescribeGroups; Tansu answers with
 empty member details), its coordinator, and the ``__consumer_offsets``
 partition that holds it.
@@ -20,6 +22,10 @@ from typing import Any
 from ingest.client import Cluster
 from ingest.config import IngestConfig, offsets_topic_partition
 from ingest.errors import IngestError
+from ingest.group import Partition
+from ingest.sink.delta import txn_times
+from ingest.sink.storage import TableLocation
+from ingest.sink.txn import app_id
 from ingest.supervisor.offsets import (
     as_offsets,
     committed_offsets,
@@ -56,6 +62,20 @@ def _last_commit(uri: str, options: dict[str, str]) -> dict[str, Any] | None:
     return {"version": table.version(), "time": when, "operation": entry.get("operation")}
 
 
+def _iso(stamp_ms: int | None) -> str | None:
+    if stamp_ms is None:
+        return None
+    return dt.datetime.fromtimestamp(stamp_ms / 1000, dt.UTC).isoformat(timespec="seconds")
+
+
+def _partition_times(
+    uri: str, options: dict[str, str], group: str, partitions: list[Partition]
+) -> dict[Partition, str | None]:
+    apps = {p: app_id(uri, group, p.topic, p.partition) for p in partitions}
+    times = txn_times(TableLocation.of(uri, options), list(apps.values()))
+    return {p: _iso(times[apps[p]]) for p in partitions}
+
+
 def collect_status(config: IngestConfig) -> dict[str, Any]:
     """The report as plain data (``--json`` prints it as it is)."""
     group = config.source.group_id
@@ -73,6 +93,11 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
         description = describe_group(cluster, group)
     durable = txn_versions(table, partitions)
     last = _last_commit(table.uri, dict(table.storage_options))
+    landed_at = (
+        _partition_times(table.uri, dict(table.storage_options), group, partitions)
+        if last is not None
+        else dict.fromkeys(partitions)
+    )
     rows = []
     for partition in partitions:
         resume = start_offset(committed[partition], durable[partition])
@@ -85,6 +110,7 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
                 "txn_version": durable[partition],
                 "end": end,
                 "lag": end - (resume or 0),
+                "last_commit": landed_at[partition],
             }
         )
     return {
@@ -140,7 +166,7 @@ def render_text(report: dict[str, Any]) -> str:
             f"table {table['uri']}: version {last['version']}, "
             f"last commit {last['time'] or '-'} ({last['operation'] or '-'})"
         )
-    header = ("topic", "partition", "committed", "txn_version", "end", "lag")
+    header = ("topic", "partition", "committed", "txn_version", "end", "lag", "last_commit")
     body = [tuple(_cell(row[key]) for key in header) for row in report["partitions"]]
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))

@@ -90,7 +90,14 @@ def test_continuous_run_lands_new_data_and_a_sigterm_mid_batch_stops_it_cleanly(
         wait_until(
             lambda: row_count(tmp_path / "table") == PARTITIONS * produced, 120, "the rows so far"
         )
-        metrics = urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read().decode()
+        stage_line = 'ingest_batch_stage_seconds_count{stage="spark"}'
+
+        def scrape() -> str:
+            return urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read().decode()
+
+        # The rows are visible once Delta commits; the batch's metrics follow a moment later.
+        wait_until(lambda: stage_line in scrape(), 30, "the batch's stage metrics")
+        metrics = scrape()
         status = json.loads(urllib.request.urlopen(f"http://{address}/status", timeout=10).read())
         assert "ingest_partitions_assigned 4" in metrics
         consumed = sum(
@@ -102,7 +109,6 @@ def test_continuous_run_lands_new_data_and_a_sigterm_mid_batch_stops_it_cleanly(
             r'^ingest_partition_lag\{partition="\d",topic=".*"\} (\d+)$', metrics, re.M
         )
         assert len(lags) == PARTITIONS, metrics
-        assert 'ingest_batch_stage_seconds_count{stage="spark"}' in metrics
         assert [row["state"] for row in status["partitions"]] == ["running"] * PARTITIONS
         assert all(row["pid"] for row in status["partitions"])
 

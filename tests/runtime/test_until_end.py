@@ -124,13 +124,17 @@ def test_status_reports_offsets_txn_versions_lag_and_the_group(landed: dict[str,
     # The run left the group.
     assert group["state"] == "Empty" and group["members"] == []
     assert report["table"]["last_commit"]["version"] == table_version(landed["table"])
+    # When each partition last took data: no later than the table's last commit.
+    landed_at = [r["last_commit"] for r in report["partitions"]]
+    assert None not in landed_at
+    assert max(landed_at) <= report["table"]["last_commit"]["time"]
     # Another group has committed nothing and owns no txn version: all of it is lag.
     other = collect_status(
         dataclasses.replace(cfg, source=dataclasses.replace(cfg.source, group_id="g-never"))
     )
-    assert [(r["committed"], r["txn_version"], r["lag"]) for r in other["partitions"]] == [
-        (None, None, PER_PARTITION)
-    ] * PARTITIONS
+    assert [
+        (r["committed"], r["txn_version"], r["lag"], r["last_commit"]) for r in other["partitions"]
+    ] == [(None, None, PER_PARTITION, None)] * PARTITIONS
 
 
 def replay(cfg: Any, spark: Any, **kwargs: Any) -> Any:
