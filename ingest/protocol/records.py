@@ -36,7 +36,9 @@ Choices:
 * ``next_offset`` is the highest last offset of any batch with intact framing
   plus one: decoded, control, aborted and corrupt batches all count, so a
   consumer never refetches them. A corrupt batch's last offset comes from its
-  unverified header. ``None`` when no batch was complete.
+  unverified header; when the header cannot give it (unknown magic, too short)
+  the next batch's base offset - 1 does, so no skipped offset goes unreported.
+  ``None`` when no batch was complete.
 * Record checks follow the Java client (record length must match its fields,
   no bytes after the last record, varints at most 5/10 bytes, any negative
   key/value length means null) plus one more: offset deltas must increase and
@@ -73,6 +75,7 @@ is nearly free on compressed topics).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -367,6 +370,30 @@ def _scan_corrupt(view: memoryview, entry: Any) -> CorruptBatch:
     return _corrupt_from_entry(view, entry, reason, kind)
 
 
+def bound_skipped_batches(
+    view: memoryview, corrupt: Sequence[CorruptBatch]
+) -> tuple[CorruptBatch, ...]:
+    """Gives a last offset to corrupt batches skipped by their length whose own header
+    cannot say it (unknown magic, too short): the next batch's base offset - 1.
+
+    Without it their offsets would be passed over unreported once a later batch moves
+    the position on. Like any corrupt batch's range, it rests on unverified framing."""
+    bounded: list[CorruptBatch] = []
+    for bad in corrupt:
+        following = bad.position + len(bad.raw)
+        if (
+            bad.last_offset is None
+            and bad.kind != "framing"
+            and bad.base_offset is not None
+            and len(view) - following >= 12
+        ):
+            next_base = int.from_bytes(view[following : following + 8], "big", signed=True)
+            if next_base > bad.base_offset:
+                bad = dataclasses.replace(bad, last_offset=next_base - 1)
+        bounded.append(bad)
+    return tuple(bounded)
+
+
 def _batch_records(view: memoryview, entry: Any) -> memoryview:
     start = int(entry["start"])
     return view[start + V2_HEADER_SIZE : start + int(entry["size"])]
@@ -453,7 +480,7 @@ def decode_records(
         batch=_to_arrow(out, topic),
         next_offset=next_offset,
         incomplete_batch_size=incomplete_batch_size,
-        corrupt=tuple(batch for _, batch in corrupt),
+        corrupt=bound_skipped_batches(view, [batch for _, batch in corrupt]),
     )
 
 

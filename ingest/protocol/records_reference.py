@@ -30,6 +30,7 @@ from ingest.protocol.records import (
     CorruptKind,
     DecodedRecords,
     RecordError,
+    bound_skipped_batches,
     control_marker,
     record_error_reason,
     status_reason,
@@ -331,7 +332,7 @@ def decode_records_reference(
         batch=_to_arrow(rows, topic, partition),
         next_offset=next_offset,
         incomplete_batch_size=incomplete,
-        corrupt=tuple(everything),
+        corrupt=bound_skipped_batches(memoryview(data), everything),
     )
 
 

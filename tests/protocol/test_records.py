@@ -572,6 +572,20 @@ def test_unknown_magic_is_skipped_by_its_length() -> None:
     assert values(decoded) == [b"y"]
     (report,) = decoded.corrupt
     assert report.reason == "unknown magic 3 at offset 3" and report.kind == "magic"
+    # Its header cannot say where it ends; the next batch's base offset does.
+    assert (report.base_offset, report.last_offset) == (3, 3)
+
+
+def test_a_skipped_batch_is_bounded_by_the_next_one_or_left_open_when_last() -> None:
+    odd = bytearray(build_batch([Record(b"x")] * 5, base_offset=10))
+    odd[16] = 9
+    before = build_batch([Record(b"a")] * 10, base_offset=0)
+    after = build_batch([Record(b"y")] * 5, base_offset=15)
+    (bounded,) = decode_both(before + bytes(odd) + after).corrupt
+    assert (bounded.base_offset, bounded.last_offset) == (10, 14)
+    # Last in the answer: the end is unknown, and the position stops before it.
+    last = decode_both(before + bytes(odd))
+    assert last.corrupt[0].last_offset is None and last.next_offset == 10
 
 
 @pytest.mark.parametrize("magic", [0, 1])
