@@ -87,6 +87,25 @@ def _load(args: argparse.Namespace, *, quiet: bool = False) -> Any:
     return config
 
 
+def _check_bootstrap(config: Any) -> None:
+    """No bootstrap server answering at start is a configuration error (exit 2), told
+    within kafka.retry_timeout, before Spark or any worker starts."""
+    from ingest.client import Cluster
+    from ingest.errors import KafkaConnectionError
+
+    try:
+        with Cluster(config.client_config()) as cluster:
+            cluster.bootstrap()
+    except KafkaConnectionError as exc:
+        servers = ", ".join(config.kafka.bootstrap_servers)
+        raise ConfigError(
+            f"no bootstrap server of [{servers}] answered within "
+            f"{float(config.kafka.retry_timeout):g}s: {exc}",
+            path=config.path,
+            key="kafka.bootstrap_servers",
+        ) from exc
+
+
 def _finish(outcome: Any) -> int:
     if outcome.exit_code:
         print(f"ingest: {outcome.message}", file=sys.stderr, flush=True)
@@ -102,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 0
+    _check_bootstrap(config)
     from ingest.supervisor.runtime import GroupRun
 
     engine = GroupRun(config, until_end=args.until_end)
@@ -114,6 +134,7 @@ def _replay(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 0
+    _check_bootstrap(config)
     from ingest.supervisor.replay import ReplayRun, parse_partitions, parse_position
 
     engine = ReplayRun(
@@ -132,6 +153,7 @@ def _status(args: argparse.Namespace) -> int:
     config = _load(args, quiet=True)
     if config is None:
         return 0
+    _check_bootstrap(config)
     from ingest.supervisor.status import collect_status, render_text
 
     report = collect_status(config)

@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,6 +222,44 @@ def test_a_config_error_exits_2_naming_the_file_and_key(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "cannot read the config" in missing.stderr
 
 
+GOOD_CONFIG = """
+[kafka]
+bootstrap_servers = ["127.0.0.1:9"]
+[source]
+topics = ["t"]
+group_id = "g"
+[table]
+uri = "/tmp/ingest-bad-config-table"
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "where", "says"),
+    [
+        (lambda t: t.replace('group_id = "g"\n', ""), "source.group_id", "missing"),
+        (lambda t: t.replace('topics = ["t"]', 'topics = "t"'), "source.topics", "expected"),
+        (lambda t: t + "[trigger]\nmax_bytes = 12.5\n", "trigger.max_bytes", "expected a size"),
+        (lambda t: t + "[trigger]\nmax_byte = '1MiB'\n", "trigger.max_byte", "unknown key"),
+        (lambda t: t + "[tabel]\nuri = 'x'\n", "tabel", "unknown"),
+        (lambda t: t.replace("[table]", "[table]\nmode = 'upsrt'"), "table.mode", "upsrt"),
+    ],
+    ids=["missing-key", "wrong-type", "bad-size", "unknown-key", "unknown-section", "bad-enum"],
+)
+def test_bad_configs_exit_2_naming_file_and_key_at_once(
+    tmp_path: Path, edit: Any, where: str, says: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(edit(GOOD_CONFIG))
+    for command in ("run", "replay", "status"):
+        extra = ["--from", "earliest"] if command == "replay" else []
+        started = time.monotonic()
+        done = cli(command, "-c", str(path), *extra)
+        took = time.monotonic() - started
+        assert done.returncode == 2, done.stderr
+        assert f"{path}: {where}" in done.stderr and says in done.stderr, done.stderr
+        assert took < 15, took
+
+
 def test_an_unreachable_bootstrap_server_fails_clearly_and_in_bounded_time(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -237,8 +276,11 @@ def test_an_unreachable_bootstrap_server_fails_clearly_and_in_bounded_time(tmp_p
         started = time.monotonic()
         done = cli(*command)
         took = time.monotonic() - started
-        assert done.returncode == 1, done.stderr
-        assert f"127.0.0.1:{port}" in done.stderr and "cannot read the metadata" in done.stderr
+        assert done.returncode == 2, done.stderr
+        assert f"{path}: kafka.bootstrap_servers: no bootstrap server of [127.0.0.1:{port}]" in (
+            done.stderr
+        )
+        assert "answered within 2s" in done.stderr
         assert took < 20, took
 
 
