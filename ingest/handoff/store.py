@@ -284,6 +284,17 @@ class HandoffStore:
         """Creates the namespace, takes ownership of it and removes stale ones."""
         if self.opened:
             return self
+        try:
+            return self._open()
+        except OSError as exc:
+            # E.g. a read-only or full root: say which setting to fix, not a traceback.
+            self.close(remove=False)
+            raise HandoffError(
+                f"cannot open the handoff namespace under {self.location.uri_of(self.root)} "
+                f"(handoff.root): {exc}"
+            ) from exc
+
+    def _open(self) -> HandoffStore:
         removed = self.clean_stale()
         if removed:
             log.info(

@@ -43,6 +43,7 @@ from typing import Any
 from ingest.client import Cluster
 from ingest.config import IngestConfig
 from ingest.errors import ConfigError, FencedError, GroupError, IngestError, SinkError
+from ingest.faults import fault_point
 from ingest.group import (
     CooperativeStickyAssignor,
     Fatal,
@@ -174,6 +175,16 @@ def _already_durable(item: Item, durable: int | None) -> bool:
         return item.next_offset - 1 <= durable
     last = item.first_offset if item.last_offset is None else item.last_offset
     return last <= durable
+
+
+def _jvm_exit_code(spark: SparkProvider) -> int | None:
+    """The exit code of the Spark JVM this process launched, if it has exited."""
+    session = spark.session_if_started()
+    process = getattr(
+        getattr(getattr(session, "sparkContext", None), "_gateway", None), "proc", None
+    )
+    code = None if process is None else process.poll()
+    return None if code is None else int(code)
 
 
 def handoff_config(config: IngestConfig) -> HandoffConfig:
@@ -818,7 +829,10 @@ class Engine:
             seconds=round(seconds, 3),
             stages={k: round(v, 3) for k, v in result.stage_seconds.items()},
         )
+        # Fault injection (a no-op unless INGEST_FAULT_POINT is set; ingest/faults.py).
+        fault_point("after_delta_commit")
         self._after_batch(batch, result)
+        fault_point("after_offset_commit")
         self._release(batch.selection.items)
 
     def _batch_failed(self, batch: BatchThread, error: BaseException, seconds: float) -> None:
@@ -826,6 +840,7 @@ class Engine:
         if isinstance(error, ConfigError):
             raise error
         self._batch_failures += 1
+        jvm_exit = _jvm_exit_code(self.spark)
         event(
             log,
             "batch_failed",
@@ -844,6 +859,13 @@ class Engine:
             else:
                 state.pending.put_back(items, now)
         self._release(abandoned)
+        if jvm_exit is not None:
+            # A dead JVM fails every later batch too: say so now instead of retrying.
+            raise SinkError(
+                f"the Spark JVM exited (code {jvm_exit}) during batch {batch.number}; "
+                f"nothing of it was committed; rerun to land it ({type(error).__name__}: "
+                f"{error})"
+            ) from error
         if self._batch_failures >= _BATCH_ATTEMPTS:
             raise SinkError(
                 f"the batch failed {self._batch_failures} times in a row; last error: "

@@ -76,6 +76,10 @@ class SparkProvider:
         except BaseException as exc:
             self._error = exc
 
+    def session_if_started(self) -> Any | None:
+        """The session if it is up, without waiting or starting one."""
+        return self._session
+
     def get(self) -> Any:
         """The session, waiting for its start."""
         self.warm()

@@ -24,6 +24,7 @@ from ingest.testing.kafka import (
     unique_name,
 )
 from ingest.testing.s3 import S3Server
+from ingest.testing.verify import Verdict, verify_exact
 
 __all__ = [
     "CODECS",
@@ -32,6 +33,7 @@ __all__ = [
     "ProducedRecord",
     "S3Server",
     "Transaction",
+    "Verdict",
     "api_versions_answered",
     "create_topic",
     "delete_topic",
@@ -40,4 +42,5 @@ __all__ = [
     "read_topic",
     "tansu_binary",
     "unique_name",
+    "verify_exact",
 ]

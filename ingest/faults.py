@@ -1,0 +1,48 @@
+"""Fault points: the few moments of a run only the process itself can hit reliably.
+
+``fault_point(name)`` is called by the supervisor at ``after_delta_commit`` (the
+batch is durable in Delta, its offsets are not committed yet) and
+``after_offset_commit`` (committed, segments not yet released). With
+``INGEST_FAULT_POINT=<name>:<n>`` in the environment the process SIGKILLs itself
+on the n-th pass; without it the call is one comparison. Used by the chaos suite
+(``ingest.testing.faults``, ``tests/chaos``); nothing is simulated.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["FAULT_POINTS", "FAULT_POINT_ENV", "fault_point", "fault_point_env"]
+
+FAULT_POINT_ENV = "INGEST_FAULT_POINT"
+FAULT_POINTS = ("after_delta_commit", "after_offset_commit")
+
+
+def _parse(spec: str | None) -> tuple[str, int] | None:
+    if not spec:
+        return None
+    name, _, count = spec.partition(":")
+    if name not in FAULT_POINTS:
+        raise ValueError(f"{FAULT_POINT_ENV}: unknown point {name!r} (known: {FAULT_POINTS})")
+    return name, int(count or 1)
+
+
+_ARMED = _parse(os.environ.get(FAULT_POINT_ENV))
+_passes: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """SIGKILLs this process on the n-th pass of ``name`` when armed (see module doc)."""
+    if _ARMED is None or _ARMED[0] != name:
+        return
+    _passes[name] = _passes.get(name, 0) + 1
+    if _passes[name] >= _ARMED[1]:
+        os.write(2, f"ingest: fault point {name} #{_passes[name]}: SIGKILL\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault_point_env(name: str, count: int) -> dict[str, str]:
+    """The environment entry arming ``name`` for its ``count``-th pass."""
+    _parse(f"{name}:{count}")
+    return {FAULT_POINT_ENV: f"{name}:{count}"}

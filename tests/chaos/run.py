@@ -1,0 +1,84 @@
+"""``scripts/chaos``: rerun fault-injection cases by seed.
+
+    scripts/chaos --list
+    scripts/chaos kill-worker --seed 3            one run
+    scripts/chaos kill-worker --seed 0 --runs 10  seeds 0..9
+    scripts/chaos all --seed 0 --runs 10          every case
+
+Prints one line per run and a Markdown summary; exits 1 if any run was not exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from ingest.testing import Broker, S3Server
+from tests.chaos.cases import CASES, ChaosEnv, Outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scripts/chaos",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("case", nargs="?", help="a case name, or 'all'")
+    parser.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+    parser.add_argument("--runs", type=int, default=1, help="how many seeds from --seed")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--work", type=Path, default=None, help="keep run directories here")
+    args = parser.parse_args(argv)
+    if args.list or not args.case:
+        for name, case in CASES.items():
+            print(f"{name:22} {(case.__doc__ or '').split(chr(10))[0]}")
+        return 0
+    names = list(CASES) if args.case == "all" else [args.case]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        parser.error(f"unknown case {unknown[0]!r}; see --list")
+    work = args.work or Path(tempfile.mkdtemp(prefix="ingest-chaos-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"work directory: {work}", flush=True)
+    from ingest.testing.spark import local_spark_session
+
+    s3: list[S3Server] = []
+
+    def start_s3() -> S3Server:
+        s3.append(S3Server().start())
+        return s3[0]
+
+    outcomes: list[Outcome] = []
+    with Broker() as broker:
+        env = ChaosEnv(work, broker, local_spark_session, start_s3)
+        try:
+            for name in names:
+                for seed in range(args.seed, args.seed + args.runs):
+                    began = time.monotonic()
+                    try:
+                        outcome = CASES[name](env, seed)
+                    except Exception as exc:
+                        outcome = Outcome(name, seed, "(the case could not run)")
+                        outcome.seconds = time.monotonic() - began
+                        outcome.notes.append(f"{type(exc).__name__}: {str(exc)[:500]}")
+                        traceback.print_exc()
+                    outcomes.append(outcome)
+                    print(outcome.line(), flush=True)
+        finally:
+            for server in s3:
+                server.cleanup()
+    print("\n| case | runs | exact | not exact | seconds per run |\n|---|---|---|---|---|")
+    for name in names:
+        mine = [o for o in outcomes if o.case == name]
+        good = sum(o.exact for o in mine)
+        mean = sum(o.seconds for o in mine) / max(len(mine), 1)
+        print(f"| {name} | {len(mine)} | {good} | {len(mine) - good} | {mean:.0f} |")
+    return 0 if all(o.exact for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
