@@ -358,9 +358,15 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
                 raise CaseFailed("no live worker at the fault moment")
             chosen = [rng.choice(victims)]
         elif pick == "jvm":
+            # Spark starts in the background on first need: at an early moment its JVM
+            # may still be launching (spark-submit), so the kill waits for it to be up.
+            deadline = time.monotonic() + 60
             chosen = [p for p in tree if p.kind == "jvm"]
+            while not chosen and time.monotonic() < deadline and run.process.poll() is None:
+                time.sleep(0.2)
+                chosen = [p for p in run.tree() if p.kind == "jvm"]
             if not chosen:
-                raise CaseFailed("no Spark JVM at the fault moment")
+                raise CaseFailed("no Spark JVM within 60 s of the fault moment")
         else:  # the supervisor with every process it started
             chosen = tree
         kill(chosen)
