@@ -22,7 +22,6 @@ Values decode by the table's ``value_format``:
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,7 +45,6 @@ __all__ = [
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _LEAF = 16
-_NEWLINES = re.compile(rb"[\r\n]")
 _OPEN_BRACE = ord("{")
 
 
@@ -282,11 +280,12 @@ def _needs_normalizing(values: pa.Array) -> np.ndarray:
         data = np.frombuffer(data_buffer, np.uint8)
         starts = np.minimum(offsets[:-1], len(data) - 1)
         suspect |= valid & (lengths > 0) & (data[starts] != _OPEN_BRACE)
-        raw = data_buffer.to_pybytes()[offsets[0] : offsets[-1]]
-        if _NEWLINES.search(raw) is not None:
-            positions = np.fromiter(
-                (m.start() + int(offsets[0]) for m in _NEWLINES.finditer(raw)), np.int64
-            )
+        first, end = int(offsets[0]), int(offsets[-1])
+        raw = data_buffer.slice(first, end - first).to_pybytes()
+        # Two memchr scans: a regex over the segment cost a third of the whole decode.
+        if b"\n" in raw or b"\r" in raw:
+            body = data[first:end]
+            positions = np.flatnonzero((body == ord("\n")) | (body == ord("\r"))) + first
             owners = np.searchsorted(offsets, positions, side="right") - 1
             suspect[owners] |= valid[owners]
     return np.flatnonzero(suspect)

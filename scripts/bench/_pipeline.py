@@ -1,0 +1,470 @@
+"""Shared pieces of the end-to-end benchmarks (e2e, scaling, latency).
+
+* the records: 100-byte JSON values whose ``id`` is ``partition * per_partition + n``,
+  so any row's value can be checked against its (partition, offset);
+* ``TreeSampler``: peak memory and CPU of a process and all its descendants, from /proc
+  (no psutil): the sum of VmRSS at each sample (shared pages counted once per process,
+  so an over-estimate), the sum of Pss (shared pages split between their users), and the
+  CPU seconds of every process seen;
+* ``run_ingest``: the real ``ingest`` CLI as a subprocess with a generated TOML config
+  (as tests/runtime/support.py does), its JSON log kept in a file;
+* ``check_exact``: a Delta table against what was produced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.testing import unique_name
+from spark_jobs.decode import DecodeSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+VALUE_BYTES = 100
+VALUE_DDL = "id BIGINT, user STRING, amount DOUBLE, kind STRING, ts BIGINT, pad STRING"
+# What Spark makes of VALUE_DDL (spark_jobs.job.decode_spec); the peers write the same.
+VALUE_SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("user", pa.string()),
+        ("amount", pa.float64()),
+        ("kind", pa.string()),
+        ("ts", pa.int64()),
+        ("pad", pa.string()),
+    ]
+)
+OUTPUT_SCHEMA = DecodeSpec("json", VALUE_SCHEMA).output_schema()
+KINDS = (b"view", b"click", b"purchase", b"refund")
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+def json_value(record_id: int, ts_ms: int) -> bytes:
+    """A JSON object of exactly VALUE_BYTES bytes (ids below 10**8)."""
+    head = b'{"id":%d,"user":"user-%05d","amount":%d.%02d,"kind":"%s","ts":%d,"pad":"' % (
+        record_id,
+        record_id % 50_000,
+        record_id % 10_000,
+        record_id % 100,
+        KINDS[record_id % 4],
+        ts_ms,
+    )
+    return head + b"x" * (VALUE_BYTES - len(head) - 2) + b'"}'
+
+
+def produce_json(bootstrap: str, topic: str, partitions: int, per_partition: int) -> float:
+    """Produces ``per_partition`` records to each partition (non-idempotent, as the
+    harness's crash-safe setting); returns the seconds it took."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "enable.idempotence": False,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    errors: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    began = time.perf_counter()
+    for partition in range(partitions):
+        base = partition * per_partition
+        now_ms = time.time_ns() // 1_000_000
+        for n in range(per_partition):
+            value = json_value(base + n, now_ms)
+            key = b"k%07d" % (n % 1_000_000)
+            while True:
+                try:
+                    producer.produce(topic, value, key, partition, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if n % 50_000 == 0:
+                producer.poll(0)
+                now_ms = time.time_ns() // 1_000_000
+    left = producer.flush(120)
+    if left or errors:
+        raise RuntimeError(f"produce: {left} undelivered, errors: {errors[:3]}")
+    return time.perf_counter() - began
+
+
+# -- process tree sampling -------------------------------------------------------------------
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:  # the process is gone
+        return None
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _read(f"/proc/{name}/stat")
+        if stat is None:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    found = [root]
+    for pid in found:
+        found.extend(children.get(pid, ()))
+    return found
+
+
+def _status_kib(text: str, key: str) -> int:
+    for line in text.splitlines():
+        if line.startswith(key):
+            return int(line.split()[1])
+    return 0
+
+
+@dataclass
+class TreeSampler:
+    """Samples ``root`` and its descendants every ``interval`` seconds on a thread."""
+
+    root: int
+    interval: float = 0.25
+    pss: bool = True
+    peak_rss: int = 0
+    peak_pss: int = 0
+    peak_processes: int = 0
+    _cpu: dict[tuple[int, int], float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> TreeSampler:
+        self._thread = threading.Thread(target=self._loop, name="tree-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def sample(self) -> None:
+        rss = pss = count = 0
+        for pid in _descendants(self.root):
+            stat = _read(f"/proc/{pid}/stat")
+            status = _read(f"/proc/{pid}/status")
+            if stat is None or status is None:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            start_ticks = int(fields[19])
+            # Own user + system time only: a child's is counted from its own samples.
+            self._cpu[(pid, start_ticks)] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+            rss += _status_kib(status, "VmRSS:") * 1024
+            count += 1
+            if self.pss:
+                rollup = _read(f"/proc/{pid}/smaps_rollup")
+                pss += _status_kib(rollup or "", "Pss:") * 1024
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_pss = max(self.peak_pss, pss)
+        self.peak_processes = max(self.peak_processes, count)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self._cpu.values())
+
+
+@dataclass(frozen=True)
+class Measured:
+    seconds: float
+    peak_rss: int
+    peak_pss: int
+    cpu_seconds: float
+    processes: int
+    returncode: int
+
+
+def run_measured(
+    argv: Sequence[str], *, log: Path, timeout: float, env: Mapping[str, str] | None = None
+) -> Measured:
+    """Runs ``argv`` to its end, sampling its process tree; stdout+stderr go to ``log``."""
+    with open(log, "w") as out:
+        began = time.perf_counter()
+        process = subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ if env is None else env, PYTHONUNBUFFERED="1"),
+        )
+        with TreeSampler(process.pid) as sampler:
+            try:
+                code = process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise RuntimeError(f"{argv[:4]} ran over {timeout:.0f}s; log: {log}") from None
+            seconds = time.perf_counter() - began
+    return Measured(
+        seconds,
+        sampler.peak_rss,
+        sampler.peak_pss,
+        sampler.cpu_seconds,
+        sampler.peak_processes,
+        code,
+    )
+
+
+# -- ingest ----------------------------------------------------------------------------------
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return str(value)
+
+
+def write_config(
+    path: Path,
+    *,
+    bootstrap: str,
+    topic: str,
+    group: str,
+    table: Path,
+    sections: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Path:
+    """An ingest config for the bench broker: the product's defaults except a short
+    session (Tansu holds a JoinGroup for session/2), local[2] Spark and JSON logs."""
+    values: dict[str, dict[str, Any]] = {
+        "kafka": {"bootstrap_servers": [bootstrap]},
+        "source": {
+            "topics": [topic],
+            "group_id": group,
+            "session_timeout": "6s",
+            "heartbeat_interval": "1s",
+        },
+        "table": {"uri": str(table)},
+        "table.value": {"format": "json", "schema": VALUE_DDL},
+        "spark": {"master": "local[2]"},
+        "logging": {"format": "json", "level": "info"},
+    }
+    for section, entries in (sections or {}).items():
+        values.setdefault(section, {}).update(entries)
+    lines: list[str] = []
+    for section, entries in values.items():
+        lines.append(f"[{section}]")
+        lines.extend(f"{key} = {_toml(value)}" for key, value in entries.items())
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def ingest_argv(config: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "ingest.cli", "run", "-c", str(config), *extra]
+
+
+def log_events(log: Path) -> list[dict[str, Any]]:
+    """The JSON log lines of an ingest run (other output skipped)."""
+    events = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return events
+
+
+@dataclass(frozen=True)
+class RunPhases:
+    """Where an ingest run's time went, from its log."""
+
+    spark_start: float | None  # the JVM + session start (overlaps joining and fetching)
+    first_batch_at: float | None  # seconds from the first log line to the first batch start
+    batches: int
+    batch_seconds: float  # summed
+    stages: dict[str, float]  # summed per stage
+    later_rows: int  # in the batches after the first (a warm session)
+    later_seconds: float
+    fetch_seconds: float | None  # first worker started to last worker finished
+
+    def describe(self) -> str:
+        stages = " ".join(f"{k}={v:.1f}" for k, v in self.stages.items() if k != "total")
+        spark = f"{self.spark_start:.1f}s" if self.spark_start is not None else "?"
+        first = f"{self.first_batch_at:.1f}s" if self.first_batch_at is not None else "?"
+        later = (
+            f"; after the first: {self.later_rows / self.later_seconds:,.0f} rows/s"
+            if self.later_seconds
+            else ""
+        )
+        fetch = f"{self.fetch_seconds:.1f}s" if self.fetch_seconds is not None else "?"
+        return (
+            f"workers fetched all in {fetch}; "
+            f"spark session start {spark}; first batch at {first}; {self.batches} batches "
+            f"{self.batch_seconds:.1f}s ({stages}){later}"
+        )
+
+
+def _when(entry: Mapping[str, Any]) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(str(entry["ts"])).timestamp()
+
+
+def run_phases(log: Path) -> RunPhases:
+    events = log_events(log)
+    spark_start = None
+    first_batch = None
+    batches = 0
+    batch_seconds = 0.0
+    stages: dict[str, float] = {}
+    later_rows = 0
+    later_seconds = 0.0
+    worker_times: list[float] = []
+    origin = _when(events[0]) if events else 0.0
+    for entry in events:
+        message = str(entry.get("msg", ""))
+        if message.startswith("spark session") and " started in " in message:
+            spark_start = float(message.rsplit(" ", 1)[1].rstrip("s"))
+        if entry.get("event") in ("worker_started", "worker_finished"):
+            worker_times.append(_when(entry))
+        if entry.get("event") == "batch_started" and first_batch is None:
+            first_batch = _when(entry) - origin
+        if entry.get("event") == "batch_committed":
+            batches += 1
+            batch_seconds += float(entry["seconds"])
+            if batches > 1:
+                later_rows += int(entry["rows"])
+                later_seconds += float(entry["seconds"])
+            for stage, spent in dict(entry.get("stages") or {}).items():
+                stages[stage] = stages.get(stage, 0.0) + float(spent)
+    return RunPhases(
+        spark_start,
+        first_batch,
+        batches,
+        batch_seconds,
+        stages,
+        later_rows,
+        later_seconds,
+        max(worker_times) - min(worker_times) if worker_times else None,
+    )
+
+
+def ingest_until_end(
+    name: str,
+    workdir: Path,
+    bootstrap: str,
+    topic: str,
+    ends: Mapping[int, int],
+    per: int,
+) -> dict[str, Any]:
+    """``ingest run --until-end`` into ``workdir/name``, measured and checked exact."""
+    table = workdir / name
+    config = write_config(
+        workdir / f"{name}.toml",
+        bootstrap=bootstrap,
+        topic=topic,
+        group=unique_name(name),
+        table=table,
+    )
+    log = workdir / f"{name}.log"
+    measured = run_measured(ingest_argv(config, "--until-end"), log=log, timeout=1800)
+    if measured.returncode != 0:
+        raise RuntimeError(f"ingest exited {measured.returncode}; log: {log}")
+    problem = check_exact(table, ends, per)
+    dead = dead_letter_rows(f"{table}_dead_letters")
+    if dead and problem is None:
+        problem = f"{dead} dead letters"
+    phases = run_phases(log)
+    print(
+        f"# {name}: {measured.seconds:.1f}s, exact: {problem or 'yes'}; {phases.describe()}",
+        flush=True,
+    )
+    return {"m": measured, "seconds": measured.seconds, "problem": problem, "phases": phases}
+
+
+# -- checking a table ------------------------------------------------------------------------
+
+
+def check_exact(uri: str | Path, per_partition: Mapping[int, int], stride: int) -> str | None:
+    """None when the table holds each offset [0, n) of each partition exactly once, with
+    the value produced there (its ``id`` is ``partition * stride + offset``); else why not."""
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(str(uri)).to_pyarrow_table(columns=["partition", "offset", "id"])
+    except Exception as exc:
+        return f"unreadable: {exc}"
+    expected = sum(per_partition.values())
+    if table.num_rows != expected:
+        return f"{table.num_rows} rows, expected {expected}"
+    partitions = table.column("partition").to_numpy()
+    offsets = table.column("offset").to_numpy()
+    ids = table.column("id").to_numpy(zero_copy_only=False)
+    order = np.lexsort((offsets, partitions))
+    partitions, offsets, ids = partitions[order], offsets[order], ids[order]
+    start = 0
+    for partition in sorted(per_partition):
+        count = per_partition[partition]
+        mine = slice(start, start + count)
+        if not (partitions[mine] == partition).all():
+            return f"partition {partition}: rows of other partitions in its range"
+        if not np.array_equal(offsets[mine], np.arange(count)):
+            return f"partition {partition}: offsets are not 0..{count - 1} once each"
+        if not np.array_equal(ids[mine], partition * stride + offsets[mine]):
+            return f"partition {partition}: a value is not the one produced at its offset"
+        start += count
+    return None
+
+
+def dead_letter_rows(uri: str | Path) -> int:
+    from deltalake import DeltaTable
+
+    try:
+        return DeltaTable(str(uri)).to_pyarrow_table(columns=["offset"]).num_rows
+    except Exception:
+        return 0  # no dead-letter table: none written
+
+
+def gib(size: int) -> float:
+    return size / 2**30
+
+
+def machine() -> str:
+    cpu = "?"
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    memory = _status_kib(_read("/proc/meminfo") or "", "MemTotal:") * 1024
+    return f"{os.cpu_count()} cores ({cpu}), {gib(memory):.0f} GiB RAM"
+
+
+def load_average() -> str:
+    return " ".join((_read("/proc/loadavg") or "? ? ?").split()[:3])
