@@ -94,7 +94,7 @@ from spark_jobs.source import (
     encode_plan,
 )
 
-__all__ = ["Batch", "BatchResult", "run_batch"]
+__all__ = ["Batch", "BatchResult", "group_segments", "run_batch", "warm_up"]
 
 log = logging.getLogger("ingest.sink")
 
@@ -102,6 +102,9 @@ PartitionKey = tuple[str, int]
 STAGING = "_ingest_staging"
 _KIND_TRANSFORM_DEAD = "transform-dead"
 _STALE_ATTEMPTS = 5
+# A task's segments: at least this much (fewer, larger files), at most that much (memory).
+_MIN_TASK_BYTES = 8 << 20
+_MAX_TASK_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ class Batch:
         first: dict[PartitionKey, int] = {}
         for s in self.segments:
             key = (s.topic, s.partition)
-            first[key] = min(first.get(key, s.first_offset), s.first_offset)
+            first[key] = min(first.get(key, s.from_offset), s.from_offset)
         for c in self.corrupt:
             key = (c.topic, c.partition)
             first[key] = min(first.get(key, c.first_offset), c.first_offset)
@@ -210,6 +213,26 @@ def _register(spark: Any) -> None:
         _REGISTERED.add(id(spark))
 
 
+def warm_up(spark: Any) -> float:
+    """Runs an empty read of the segment source with a task per core, so the first
+    batch does not pay for the data source's registration and planning, the Python
+    workers' start and their imports (pyarrow, the decoder, the writer). Seconds."""
+    began = time.perf_counter()
+    _register(spark)
+    cores = _parallelism(spark)
+    nowhere = TableLocation.of("/nonexistent/ingest-warm-up")
+    plan = ReadPlan(
+        mode="files",
+        token="warm-up",
+        tasks=tuple(SegmentTask((), "", 0, None, None) for _ in range(cores)),
+        spec=DecodeSpec(),
+        table=nowhere,
+        dead=nowhere,
+    )
+    spark.read.format(SegmentSource.name()).option("plan", encode_plan(plan)).load().collect()
+    return time.perf_counter() - began
+
+
 def run_batch(spark: Any, batch: Batch, *, path: str | None = None) -> BatchResult:
     """Lands ``batch`` in its table (see the module docstring). ``path`` forces
     "arrow" or "spark" (measurements and tests); by default a transform takes
@@ -262,16 +285,16 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
         dead_planned = dead_target.versions(list(apps.values()))
     ingest_time = dt.datetime.now(dt.UTC)
     token = uuid.uuid4().hex[:16]
-    tasks = tuple(
-        SegmentTask(
-            s.uri,
-            s.topic,
-            s.partition,
-            planned[apps[(s.topic, s.partition)]],
-            dead_planned[apps[(s.topic, s.partition)]],
-        )
+    wanted = [
+        s
         for s in batch.segments
         if s.record_count and s.last_offset > _or_minus_one(planned[apps[(s.topic, s.partition)]])
+    ]
+    tasks = group_segments(
+        wanted,
+        skip_through={key: planned[app] for key, app in apps.items()},
+        dead_skip_through={key: dead_planned[app] for key, app in apps.items()},
+        parallelism=_parallelism(spark) if wanted else 1,
     )
     upserting = config.mode == "upsert"
     plan = ReadPlan(
@@ -417,6 +440,56 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
     if batch.overwrite:
         result = BatchResult(**{**result.__dict__, "replaced_rows": outcome.dropped_rows})
     return result
+
+
+def _parallelism(spark: Any) -> int:
+    try:
+        return max(int(spark.sparkContext.defaultParallelism), 1)
+    except Exception:  # a Spark Connect session has no sparkContext
+        return 2
+
+
+def group_segments(
+    segments: Sequence[SegmentSealed],
+    *,
+    skip_through: Mapping[PartitionKey, int | None],
+    dead_skip_through: Mapping[PartitionKey, int | None],
+    parallelism: int,
+) -> tuple[SegmentTask, ...]:
+    """One task per run of consecutive segments of a partition, up to a size that still
+    gives every core a task: a task (and a Parquet file) per segment made small batches
+    pay Spark's per-task cost hundreds of times (measured: 50k rows in 160 segments
+    8.2-10.7 s, in 4 segments 0.5-1.3 s, warm session)."""
+    total = sum(s.bytes for s in segments)
+    target = min(max(-(-total // max(parallelism, 1)), _MIN_TASK_BYTES), _MAX_TASK_BYTES)
+    ordered = sorted(segments, key=lambda s: (s.topic, s.partition, s.first_offset))
+    tasks: list[SegmentTask] = []
+    run: list[SegmentSealed] = []
+
+    def close_run() -> None:
+        if run:
+            key = (run[0].topic, run[0].partition)
+            tasks.append(
+                SegmentTask(
+                    tuple(s.uri for s in run),
+                    key[0],
+                    key[1],
+                    skip_through[key],
+                    dead_skip_through[key],
+                )
+            )
+            run.clear()
+
+    for segment in ordered:
+        same_partition = run and (run[0].topic, run[0].partition) == (
+            segment.topic,
+            segment.partition,
+        )
+        if not same_partition or sum(s.bytes for s in run) + segment.bytes > target:
+            close_run()
+        run.append(segment)
+    close_run()
+    return tuple(tasks)
 
 
 def _or_minus_one(version: int | None) -> int:

@@ -1,7 +1,8 @@
-"""The Python Data Source over handoff segments: one input partition per segment.
+"""The Python Data Source over handoff segments: one input partition per task, a run of
+consecutive segments of one Kafka partition.
 
 ``spark.read.format("ingest_segments").option("plan", encode_plan(plan)).load()``.
-Each task reads its segment (memory-mapped when local), drops the offsets the
+Each task reads its segments (memory-mapped when local), drops the offsets the
 table already holds, decodes the values and then, by the plan's ``mode``:
 
 * ``records``: yields the decoded rows as Arrow batches (types exactly as the
@@ -54,9 +55,9 @@ KIND_DEAD = "dead"
 
 @dataclass(frozen=True)
 class SegmentTask:
-    """One segment to read, and the offsets of its partition already landed."""
+    """Consecutive segments of one partition, and the offsets of it already landed."""
 
-    uri: str
+    uris: tuple[str, ...]
     topic: str
     partition: int
     skip_through: int | None  # the table's txn version
@@ -93,9 +94,10 @@ def dead_letter_name(token: str, index: int) -> str:
 
 
 def read_task(plan: ReadPlan, index: int) -> tuple[pa.Table, pa.Table]:
-    """(rows, dead letters) of one segment, filtered and decoded."""
+    """(rows, dead letters) of one task's segments, filtered and decoded."""
     task = plan.tasks[index]
-    segment = read_segment(task.uri, storage_options=plan.segment_options)
+    segments = [read_segment(uri, storage_options=plan.segment_options) for uri in task.uris]
+    segment = segments[0] if len(segments) == 1 else pa.concat_tables(segments)
     records = drop_through(spark_records(segment), task.skip_through)
     decoded = decode(records, plan.spec, ingest_time=plan.ingest_time)
     dead = drop_through(decoded.dead, task.dead_skip_through)
@@ -129,6 +131,8 @@ class SegmentReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         plan = self.plan
         index = int(partition.value)
+        if not plan.tasks[index].uris:
+            return  # a warm-up task: the worker is up with this module imported
         rows, dead = read_task(plan, index)
         if plan.mode == "files":
             name = f"part-{plan.token}-{index:05d}"

@@ -188,6 +188,8 @@ class ReplayRun(Engine):
             state = self._new_state(partition, start, end)
             state.durable = self.versions[partition]
             self._spawn(state)
+        if partitions:
+            self.spark.warm()  # start the JVM while the workers fetch
         event(
             log,
             "replay_started",

@@ -2,7 +2,9 @@
 
 A local session takes 7-10 s to start (the JVM); the supervisor starts it on a
 thread as soon as it knows a batch will come, so the start overlaps joining
-the group and fetching. A run with nothing to land never starts a JVM.
+the group and fetching, then runs an empty job through the segment source so
+the first batch finds the Python workers up. A run with nothing to land never
+starts a JVM.
 """
 
 from __future__ import annotations
@@ -70,11 +72,25 @@ class SparkProvider:
     def _start(self) -> None:
         began = time.monotonic()
         try:
-            self._session = start_session(self.section)
+            session = start_session(self.section)
             self.started_in = time.monotonic() - began
             log.info("spark session %s started in %.1fs", self.section.master, self.started_in)
+            if self._owned:
+                self._warm_up(session)
+            self._session = session
         except BaseException as exc:
             self._error = exc
+
+    @staticmethod
+    def _warm_up(session: Any) -> None:
+        """An empty job through the segment source (spark_jobs.job.warm_up): the first
+        batch no longer pays for the Python workers' start and imports."""
+        from spark_jobs.job import warm_up
+
+        try:
+            log.info("spark warm-up job took %.1fs", warm_up(session))
+        except Exception as exc:  # the first batch will meet the cause, with its context
+            log.warning("spark warm-up job failed: %s", exc)
 
     def session_if_started(self) -> Any | None:
         """The session if it is up, without waiting or starting one."""
