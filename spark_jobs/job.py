@@ -8,7 +8,7 @@
    the table's version are skipped, the rest become one Spark task each.
 2. ``spark``: the tasks read, filter, decode and write Parquet (see
    ``source.py``). Without a SQL transform the rows never enter the JVM (the
-   ``arrow`` path: tasks write the table's files with pyarrow). With one, the
+   ``arrow`` path: an RDD job whose tasks write the table's files with pyarrow). With one, the
    decoded rows are the view ``batch``; the transform's result is written by
    ``mapInArrow`` tasks with the same writer (the ``spark`` path).
 3. ``dead_letters``: corrupt batches (their raw bytes), rows the transform
@@ -213,12 +213,30 @@ def _register(spark: Any) -> None:
         _REGISTERED.add(id(spark))
 
 
-def warm_up(spark: Any) -> float:
-    """Runs an empty read of the segment source with a task per core, so the first
-    batch does not pay for the data source's registration and planning, the Python
-    workers' start and their imports (pyarrow, the decoder, the writer). Seconds."""
+def _run_files_tasks(spark: Any, plan: ReadPlan) -> list[tuple[str, str]]:
+    """The plan's tasks as one RDD job, a Spark partition each."""
+    count = len(plan.tasks)
+    encoded = encode_plan(plan)
+
+    def run(indexes: Iterator[int]) -> Iterator[tuple[str, str]]:
+        from spark_jobs.source import decode_plan, files_task
+
+        task_plan = decode_plan(encoded)
+        for index in indexes:
+            yield from files_task(task_plan, index)
+
+    result: list[tuple[str, str]] = (
+        spark.sparkContext.parallelize(range(count), count).mapPartitions(run).collect()
+    )
+    return result
+
+
+def warm_up(spark: Any, *, transform: bool = False) -> float:
+    """An empty job with a task per core, the way batches will run, so the first batch
+    does not pay for the Python workers' start and imports (pyarrow, the decoder, the
+    writer) nor, with a transform, for the data source's registration and planning.
+    Seconds."""
     began = time.perf_counter()
-    _register(spark)
     cores = _parallelism(spark)
     nowhere = TableLocation.of("/nonexistent/ingest-warm-up")
     plan = ReadPlan(
@@ -229,7 +247,10 @@ def warm_up(spark: Any) -> float:
         table=nowhere,
         dead=nowhere,
     )
-    spark.read.format(SegmentSource.name()).option("plan", encode_plan(plan)).load().collect()
+    _run_files_tasks(spark, plan)
+    if transform:
+        _register(spark)
+        spark.read.format(SegmentSource.name()).option("plan", encode_plan(plan)).load().collect()
     return time.perf_counter() - began
 
 
@@ -322,12 +343,7 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
         if tasks:
             _register(spark)
             if path == "arrow":
-                rows = (
-                    spark.read.format(SegmentSource.name())
-                    .option("plan", encode_plan(plan))
-                    .load()
-                    .collect()
-                )
+                rows = _run_files_tasks(spark, plan)
             else:
                 rows, schema = _transform(spark, batch, plan, spec)
             for kind, text in rows:

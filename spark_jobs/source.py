@@ -13,7 +13,9 @@ table already holds, decodes the values and then, by the plan's ``mode``:
   the driver finds them there after the job (``dead_letter_path``).
 * ``files``: writes the rows as Parquet with pyarrow straight into the table's
   location (or the upsert staging prefix) and yields one small row per file
-  (``kind``, ``file``: a ``DataFile`` as JSON). No record enters the JVM.
+  (``kind``, ``file``: a ``DataFile`` as JSON). No record enters the JVM. The job
+  runs these tasks as a plain RDD job (``files_task``): a cold process's first
+  read through a Python data source costs ~8 s of planning, an RDD job ~2.4 s.
 
 File names carry the plan token and the task index, so a retried task
 overwrites its own files.
@@ -46,6 +48,7 @@ __all__ = [
     "dead_letter_name",
     "decode_plan",
     "encode_plan",
+    "files_task",
 ]
 
 FILES_SCHEMA = "kind string, file string"
@@ -133,17 +136,26 @@ class SegmentReader(DataSourceReader):
         index = int(partition.value)
         if not plan.tasks[index].uris:
             return  # a warm-up task: the worker is up with this module imported
-        rows, dead = read_task(plan, index)
         if plan.mode == "files":
-            name = f"part-{plan.token}-{index:05d}"
-            files = write_data_files(
-                rows, plan.table, name=name, partition_by=plan.partition_by, prefix=plan.prefix
-            )
-            dead_files = write_data_files(dead, plan.dead, name=f"{name}-dead")
-            for data_file in files:
-                yield (KIND_DATA, data_file.to_json())
-            for data_file in dead_files:
-                yield (KIND_DEAD, data_file.to_json())
+            yield from files_task(plan, index)
             return
+        rows, dead = read_task(plan, index)
         write_data_files(dead, plan.dead, name=dead_letter_name(plan.token, index))
         yield from rows.to_batches(max_chunksize=64 * 1024)
+
+
+def files_task(plan: ReadPlan, index: int) -> list[tuple[str, str]]:
+    """One task of a ``files`` plan: its rows and dead letters written as Parquet,
+    described as (kind, DataFile JSON) pairs. Run as an RDD task by the job (the rows
+    never enter the JVM, so no SQL planning is needed), or through the data source."""
+    if not plan.tasks[index].uris:
+        return []
+    rows, dead = read_task(plan, index)
+    name = f"part-{plan.token}-{index:05d}"
+    files = write_data_files(
+        rows, plan.table, name=name, partition_by=plan.partition_by, prefix=plan.prefix
+    )
+    dead_files = write_data_files(dead, plan.dead, name=f"{name}-dead")
+    return [(KIND_DATA, f.to_json()) for f in files] + [
+        (KIND_DEAD, f.to_json()) for f in dead_files
+    ]

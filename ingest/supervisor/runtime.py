@@ -275,7 +275,7 @@ class Engine:
         self.client = config.client_config()
         self.table = table_config(config)
         self.fetch = fetch_settings(config)
-        self.spark = SparkProvider(config.spark, spark)
+        self.spark = SparkProvider(config.spark, spark, transform=bool(config.table.transform))
         self.metrics = metrics or Metrics()
         self.states: dict[Partition, PartitionState] = {}
         buffered = int(config.handoff.max_buffered_bytes)

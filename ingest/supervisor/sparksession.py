@@ -50,8 +50,11 @@ def start_session(section: SparkSection) -> Any:
 class SparkProvider:
     """One session, given (tests) or started on a background thread (``warm``)."""
 
-    def __init__(self, section: SparkSection, session: Any | None = None) -> None:
+    def __init__(
+        self, section: SparkSection, session: Any | None = None, *, transform: bool = False
+    ) -> None:
         self.section = section
+        self.transform = transform  # batches will go through Spark SQL (the data source)
         self._session = session
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -76,19 +79,19 @@ class SparkProvider:
             self.started_in = time.monotonic() - began
             log.info("spark session %s started in %.1fs", self.section.master, self.started_in)
             if self._owned:
-                self._warm_up(session)
+                self._warm_up(session, self.transform)
             self._session = session
         except BaseException as exc:
             self._error = exc
 
     @staticmethod
-    def _warm_up(session: Any) -> None:
-        """An empty job through the segment source (spark_jobs.job.warm_up): the first
-        batch no longer pays for the Python workers' start and imports."""
+    def _warm_up(session: Any, transform: bool) -> None:
+        """An empty job the way batches run (spark_jobs.job.warm_up): the first batch no
+        longer pays for the Python workers' start and imports."""
         from spark_jobs.job import warm_up
 
         try:
-            log.info("spark warm-up job took %.1fs", warm_up(session))
+            log.info("spark warm-up job took %.1fs", warm_up(session, transform=transform))
         except Exception as exc:  # the first batch will meet the cause, with its context
             log.warning("spark warm-up job failed: %s", exc)
 
