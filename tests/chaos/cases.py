@@ -184,14 +184,35 @@ class Run:
     ) -> None:
         self.log = log
         self._out = open(log, "w")  # noqa: SIM115 (closed in wait)
+        # Through a pipe, copied here: a file limit put on the run (RLIMIT_FSIZE, the
+        # "full disk" case) must not cut the run's own log and hide its last words.
         self.process = subprocess.Popen(
             [*(wrapper or []), sys.executable, "-m", "ingest.cli", *args],
             cwd=ROOT,
-            stdout=self._out,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             preexec_fn=preexec,
         )
+        self._log_lock = threading.Lock()
+        self._copier = threading.Thread(target=self._copy, name="chaos-log", daemon=True)
+        self._copier.start()
+
+    def _copy(self) -> None:
+        stream = self.process.stdout
+        assert stream is not None
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            with self._log_lock:
+                if self._out.closed:
+                    return
+                self._out.write(chunk.decode(errors="replace"))
+                self._out.flush()
+
+    def _close_log(self) -> None:
+        # Orphaned children may hold the pipe a while after a kill: bounded wait.
+        self._copier.join(15)
+        with self._log_lock:
+            self._out.close()
 
     @property
     def pid(self) -> int:
@@ -227,13 +248,13 @@ class Run:
                 f"ingest did not exit within {timeout}s:\n{self.text()[-3000:]}"
             ) from exc
         finally:
-            self._out.close()
+            self._close_log()
 
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
-        self._out.close()
+        self._close_log()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
