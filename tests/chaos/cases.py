@@ -605,6 +605,90 @@ def concurrent_writer(env: ChaosEnv, seed: int) -> Outcome:
     return outcome
 
 
+class RivalCommitter:
+    """Another writer of the run's partitions: at seeded random moments it commits to the
+    table a txn action for one of them, at the version the table holds (no data), so the
+    run's Delta commits keep meeting a commit that came in between. delta-rs refuses a
+    commit that raced one touching the same app ids; the rival retries nothing."""
+
+    def __init__(self, setup: Setup, rng: random.Random) -> None:
+        self.setup = setup
+        self.rng = random.Random(rng.random())
+        self.commits = 0
+        self.lost = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-rival", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+        from ingest.sink.txn import app_id
+
+        uri = str(self.setup.table)
+        while not self._stop.wait(self.rng.uniform(0.005, 0.05)):
+            partition = self.rng.randrange(PARTITIONS)
+            app = app_id(uri, self.setup.group, self.setup.topic, partition)
+            try:
+                table = DeltaTable(uri)
+            except TableNotFoundError:
+                continue
+            version = table.transaction_version(app)
+            if version is None:
+                continue
+            try:
+                table.create_write_transaction(
+                    [],
+                    "append",
+                    table.schema(),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app, version)], max_commit_retries=0
+                    ),
+                )
+                self.commits += 1
+            except CommitFailedError:
+                self.lost += 1
+            except Exception as exc:  # noted in the outcome; the verdict decides
+                self.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def rival_commits(env: ChaosEnv, seed: int) -> Outcome:
+    """While ``ingest run --until-end`` lands batches, a rival commits txn actions for the
+    same partitions every 5-50 ms: many of the run's Delta commits fail because a
+    concurrent writer committed in between, and are redone; the table ends exact."""
+    name = "rival-commits"
+    rng = random.Random(f"{name}:{seed}")
+    started = time.monotonic()
+    # Small batches: many commits for the rival to come between.
+    setup = prepare(env, rng, name, sections={"trigger": {"max_bytes": "256KiB"}})
+    outcome = Outcome(name, seed, "txn commits of the same partitions every 5-50 ms")
+    rival = RivalCommitter(setup, rng)
+    run = Run(["run", "-c", str(setup.path), "--until-end"], setup.work / "run.log")
+    try:
+        outcome.exit_codes.append(run.wait(240))
+    finally:
+        run.kill()
+        rival.stop()
+    races = len(re.findall(r"lost a race", run.text()))
+    outcome.notes.append(
+        f"rival commits {rival.commits} (lost {rival.lost}); run commits that lost a race: {races}"
+    )
+    if rival.errors:
+        outcome.notes.append(f"rival errors: {rival.errors[:2]}")
+    if outcome.exit_codes == [0]:
+        outcome.verdict = check(setup, complete=True)
+    else:
+        recover(env, setup, outcome)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
 def _handoff_case(env: ChaosEnv, name: str, seed: int, kind: str) -> Outcome:
     rng = random.Random(f"{name}:{seed}")
     started = time.monotonic()
@@ -685,6 +769,7 @@ CASES: dict[str, Callable[[ChaosEnv, int], Outcome]] = {
     "broker-kill": broker_kill,
     "broker-pause": broker_pause,
     "concurrent-writer": concurrent_writer,
+    "rival-commits": rival_commits,
     "handoff-unwritable": handoff_unwritable,
     "handoff-full": handoff_full,
 }

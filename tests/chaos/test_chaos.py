@@ -1,8 +1,9 @@
 """Fault injection over seeded runs (see tests/chaos/cases.py and docs/reliability.md).
 
 ``-m chaos`` runs every case over ``CHAOS_RUNS`` seeds (default 10); the default run
-has a fixed-seed smoke subset (~60 s): the supervisor's SIGKILL between the Delta
-commit and the offset commit, and a handoff directory read-only from the start. Any
+has a fixed-seed smoke subset (~75 s): the supervisor's SIGKILL between the Delta
+commit and the offset commit, a read-only handoff directory, and a rival committing to
+the same partitions between the run's reads and commits. Any
 case is rerun alone with ``scripts/chaos <case> --seed N``.
 """
 
@@ -42,7 +43,7 @@ def _check(env: ChaosEnv, case: str, seed: int) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "seed"),
-    [("kill-between-commits", 2), ("handoff-unwritable", 2)],
+    [("kill-between-commits", 2), ("handoff-unwritable", 2), ("rival-commits", 200)],
 )
 def test_smoke(env: ChaosEnv, case: str, seed: int) -> None:
     _check(env, case, seed)
