@@ -430,11 +430,11 @@ def _render_table(name: str, value: Any, secrets: Mapping[str, Secret], lines: l
             continue
         elif spec.name.endswith("_env") and isinstance(item, str):
             shown = "***" if dotted in secrets else "(unset)"
-            scalars.append(f"{spec.name} = {_toml(item)}  # value: {shown}")
+            scalars.append(f"{spec.name} = {toml_value(item)}  # value: {shown}")
         elif isinstance(item, dict) and spec.name == "storage_options_env":
-            scalars.append(f"{spec.name} = {_toml(item)}  # values: ***")
+            scalars.append(f"{spec.name} = {toml_value(item)}  # values: ***")
         else:
-            scalars.append(f"{spec.name} = {_toml(item)}")
+            scalars.append(f"{spec.name} = {toml_value(item)}")
     lines.append(f"[{name}]")
     lines.extend(scalars)
     lines.append("")
@@ -442,7 +442,8 @@ def _render_table(name: str, value: Any, secrets: Mapping[str, Secret], lines: l
         _render_table(dotted, item, secrets, lines)
 
 
-def _toml(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """One value as TOML (sizes and durations in their config spelling)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, Size):
@@ -454,9 +455,9 @@ def _toml(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f'"{k}" = {_toml(v)}' for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f'"{k}" = {toml_value(v)}' for k, v in value.items()) + " }"
     return repr(value)
 
 

@@ -481,8 +481,11 @@ def group_segments(
     ordered = sorted(segments, key=lambda s: (s.topic, s.partition, s.first_offset))
     tasks: list[SegmentTask] = []
     run: list[SegmentSealed] = []
+    run_bytes = 0
 
     def close_run() -> None:
+        nonlocal run_bytes
+        run_bytes = 0
         if run:
             key = (run[0].topic, run[0].partition)
             tasks.append(
@@ -501,9 +504,10 @@ def group_segments(
             segment.topic,
             segment.partition,
         )
-        if not same_partition or sum(s.bytes for s in run) + segment.bytes > target:
+        if not same_partition or run_bytes + segment.bytes > target:
             close_run()
         run.append(segment)
+        run_bytes += segment.bytes
     close_run()
     return tuple(tasks)
 

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -67,6 +68,7 @@ __all__ = [
 log = logging.getLogger("ingest.sink")
 
 COMMIT_TOKEN_KEY = "ingest.commit"
+_INT64_MIN = -(2**63)
 PartitionKey = tuple[str, int]
 
 
@@ -302,18 +304,9 @@ class DeltaTarget:
                         dropped_rows=dropped,
                     )
                 self._check_files(pending)
-                token = uuid.uuid4().hex
-                properties = CommitProperties(
-                    custom_metadata={COMMIT_TOKEN_KEY: token},
-                    app_transactions=[
-                        Transaction(app, v, last_updated=now_ms())
-                        for app, v in sorted(wanted.items())
-                    ],
-                )
                 if table is None:
                     self.create_empty(schema)
                     continue  # reload: the data goes through the conflict-checked path
-                adds = [f.add_action() for f in pending]
                 try:
                     if self.evolve(table, schema):
                         table = self.load() or table
@@ -321,22 +314,12 @@ class DeltaTarget:
                     self._sleep(attempt)
                     continue
                 in_doubt = True
-                try:
-                    actions: list[AddAction | RemoveAction] = list(adds)
-                    table.create_write_transaction(
-                        actions,
-                        "append",
-                        table.schema(),
-                        partition_by=list(self.partition_by) or None,
-                        commit_properties=properties,
-                    )
-                except CommitFailedError as exc:
+                token = self._try_commit(
+                    table, [f.add_action() for f in pending], wanted, attempt, "commit"
+                )
+                if token is None:
                     in_doubt = False
-                    log.info("%s: commit attempt %d lost a race: %s", self.uri, attempt, exc)
-                    self._sleep(attempt)
                     continue
-                except DeltaError as exc:
-                    raise SinkError(f"{self.uri}: commit failed: {exc}") from exc
                 break
             else:
                 raise SinkError(f"{self.uri}: no commit after {self.max_attempts} attempts")
@@ -388,9 +371,9 @@ class DeltaTarget:
                         f"columns topic, partition and offset; it lacks {missing}"
                     )
                 current = self.versions_in(table, list(txns))
+                # Never back, and always written: a rival of these partitions conflicts.
                 wanted = {
-                    app: version if current[app] is None else max(version, current[app] or 0)
-                    for app, version in txns.items()
+                    app: max(version, _or_minus_one(current[app])) for app, version in txns.items()
                 }
                 try:
                     if self.evolve(table, schema):
@@ -400,37 +383,18 @@ class DeltaTarget:
                     continue
                 self._check_files(pending)
                 removes, rewritten, replaced = self._cut_ranges(table, ranges, attempt)
-                token = uuid.uuid4().hex
-                properties = CommitProperties(
-                    custom_metadata={COMMIT_TOKEN_KEY: token},
-                    app_transactions=[
-                        Transaction(app, v, last_updated=now_ms())
-                        for app, v in sorted(wanted.items())
-                    ],
-                )
                 actions: list[AddAction | RemoveAction] = [
                     *removes,
                     *(f.add_action() for f in rewritten),
                     *(f.add_action() for f in pending),
                 ]
                 in_doubt = True
-                try:
-                    table.create_write_transaction(
-                        actions,
-                        "append",
-                        table.schema(),
-                        partition_by=list(self.partition_by) or None,
-                        commit_properties=properties,
-                    )
-                except CommitFailedError as exc:
+                token = self._try_commit(table, actions, wanted, attempt, "replacing")
+                if token is None:
                     in_doubt = False
-                    log.info("%s: replacing attempt %d lost a race: %s", self.uri, attempt, exc)
-                    self._drop_rewritten(rewritten)
+                    self.location.delete(f.path for f in rewritten)
                     rewritten = []
-                    self._sleep(attempt)
                     continue
-                except DeltaError as exc:
-                    raise SinkError(f"{self.uri}: commit failed: {exc}") from exc
                 break
             else:
                 raise SinkError(f"{self.uri}: no commit after {self.max_attempts} attempts")
@@ -461,8 +425,38 @@ class DeltaTarget:
             dropped_rows=replaced,
         )
 
-    def _drop_rewritten(self, rewritten: Sequence[DataFile]) -> None:
-        self.location.delete(f.path for f in rewritten)
+    def _try_commit(
+        self,
+        table: DeltaTable,
+        actions: Sequence[AddAction | RemoveAction],
+        txns: Mapping[str, int],
+        attempt: int,
+        what: str,
+    ) -> str | None:
+        """One commit of ``actions`` and ``txns``: the token it carries (find its version
+        with ``_version_of``), or None when a concurrent commit won (after the backoff)."""
+        token = uuid.uuid4().hex
+        properties = CommitProperties(
+            custom_metadata={COMMIT_TOKEN_KEY: token},
+            app_transactions=[
+                Transaction(app, v, last_updated=now_ms()) for app, v in sorted(txns.items())
+            ],
+        )
+        try:
+            table.create_write_transaction(
+                list(actions),
+                "append",
+                table.schema(),
+                partition_by=list(self.partition_by) or None,
+                commit_properties=properties,
+            )
+        except CommitFailedError as exc:
+            log.info("%s: %s attempt %d lost a race: %s", self.uri, what, attempt, exc)
+            self._sleep(attempt)
+            return None
+        except DeltaError as exc:
+            raise SinkError(f"{self.uri}: commit failed: {exc}") from exc
+        return token
 
     def _cut_ranges(
         self,
@@ -610,17 +604,8 @@ class DeltaTarget:
         filesystem, root = self.location.filesystem()
         with filesystem.open_input_file(f"{root}/{data_file.path}") as handle:
             rows = pq.read_table(handle)
-        drop = None
-        for (topic, partition), version in cut.items():
-            covered = pc.and_(
-                pc.and_(
-                    pc.equal(rows.column("topic"), topic),
-                    pc.equal(rows.column("partition"), partition),
-                ),
-                pc.less_equal(rows.column("offset"), version),
-            )
-            drop = covered if drop is None else pc.or_(drop, covered)
-        remaining = rows.filter(pc.invert(drop))
+        covered = _in_ranges(rows, {key: (_INT64_MIN, version) for key, version in cut.items()})
+        remaining = rows.filter(pc.invert(covered))
         if remaining.num_rows == 0:
             return None
         return self._write_remainder(data_file.path, data_file.partition_values, remaining, attempt)
@@ -695,15 +680,22 @@ def _footer(schema: pa.Schema) -> DataFile | None:
 
 
 def _in_ranges(rows: pa.Table, ranges: Mapping[PartitionKey, tuple[int, int]]) -> Any:
-    inside: Any = pa.array([False] * rows.num_rows, pa.bool_())
+    """A mask of the rows whose (topic, partition, offset) falls in ``ranges``
+    ((topic, partition) -> inclusive first and last offset)."""
     topic, partition, offset = rows.column("topic"), rows.column("partition"), rows.column("offset")
+    inside: Any = None
     for (name, index), (first, last) in ranges.items():
         hit = pc.and_(
             pc.and_(pc.equal(topic, name), pc.equal(partition, index)),
             pc.and_(pc.greater_equal(offset, first), pc.less_equal(offset, last)),
         )
-        inside = pc.or_(inside, pc.fill_null(hit, False))
-    return inside
+        hit = pc.fill_null(hit, False)
+        inside = hit if inside is None else pc.or_(inside, hit)
+    return inside if inside is not None else pa.array(np.zeros(rows.num_rows, bool))
+
+
+def _or_minus_one(version: int | None) -> int:
+    return -1 if version is None else version
 
 
 def _partition_text(value: object) -> str | None:

@@ -187,10 +187,6 @@ def _jvm_exit_code(spark: SparkProvider) -> int | None:
     return None if code is None else int(code)
 
 
-def _next_of(durable: int | None) -> int:
-    return 0 if durable is None else durable + 1
-
-
 def handoff_config(config: IngestConfig) -> HandoffConfig:
     section = config.handoff
     options: dict[str, Any] = {}
@@ -991,7 +987,7 @@ class GroupRun(Engine):
             # The table lacks offsets below the ends: a batch will come, so the JVM starts
             # now, overlapping the JoinGroup and the fetching.
             durable = txn_versions(self.table, partitions)
-            if any(end > _next_of(durable.get(p)) for p, end in self.ends.items()):
+            if any(end > (start_offset(None, durable[p]) or 0) for p, end in self.ends.items()):
                 self.spark.warm()
         else:
             self.spark.warm()

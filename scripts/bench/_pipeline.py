@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.testing import unique_name
+from ingest.testing.configs import write_toml
 from spark_jobs.decode import DecodeSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,16 +241,6 @@ def run_measured(
 # -- ingest ----------------------------------------------------------------------------------
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return str(value)
-
-
 def write_config(
     path: Path,
     *,
@@ -276,13 +267,7 @@ def write_config(
     }
     for section, entries in (sections or {}).items():
         values.setdefault(section, {}).update(entries)
-    lines: list[str] = []
-    for section, entries in values.items():
-        lines.append(f"[{section}]")
-        lines.extend(f"{key} = {_toml(value)}" for key, value in entries.items())
-        lines.append("")
-    path.write_text("\n".join(lines))
-    return path
+    return write_toml(path, values)
 
 
 def ingest_argv(config: Path, *extra: str) -> list[str]:

@@ -313,6 +313,14 @@ def recover(env: ChaosEnv, setup: Setup, outcome: Outcome) -> None:
     outcome.verdict = check(setup, complete=True)
 
 
+def settle(env: ChaosEnv, setup: Setup, outcome: Outcome, *, ended_well: bool) -> None:
+    """The full check if the run ended by itself with everything landed, else recover."""
+    if ended_well:
+        outcome.verdict = check(setup, complete=True)
+    else:
+        recover(env, setup, outcome)
+
+
 def moment(rng: random.Random) -> tuple[str, int, float]:
     """A fault moment: the n-th time the run logs an event, plus a delay."""
     anchor = rng.choice(["worker_started", "batch_started", "batch_committed"])
@@ -411,10 +419,12 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
             outcome.notes.append(f"processes outlived the kill: {left}")
     if pick == "worker":
         outcome.notes.append(f"worker_crashed logged {run.count('worker_crashed')}x")
-    if outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced:
-        outcome.verdict = check(setup, complete=True)
-    else:
-        recover(env, setup, outcome)
+    settle(
+        env,
+        setup,
+        outcome,
+        ended_well=outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced,
+    )
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -508,10 +518,12 @@ def broker_pause(env: ChaosEnv, seed: int) -> Outcome:
             f"partitions_lost {lost}x, assigned {run.count('partitions_assigned')}x, "
             f"commit_failed {run.count('commit_failed')}x"
         )
-        if outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced:
-            outcome.verdict = check(setup, complete=True)
-        else:
-            recover(env, setup, outcome)
+        settle(
+            env,
+            setup,
+            outcome,
+            ended_well=outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced,
+        )
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -555,10 +567,12 @@ def broker_kill(env: ChaosEnv, seed: int) -> Outcome:
         if errors:
             outcome.notes.append(f"producer rounds failed: {errors[:2]}")
         outcome.notes.append(f"assigned {run.count('partitions_assigned')}x")
-        if outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced:
-            outcome.verdict = check(setup, complete=True)
-        else:
-            recover(env, setup, outcome)
+        settle(
+            env,
+            setup,
+            outcome,
+            ended_well=outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced,
+        )
     finally:
         broker.cleanup()
     outcome.seconds = time.monotonic() - started
@@ -597,10 +611,7 @@ def concurrent_writer(env: ChaosEnv, seed: int) -> Outcome:
         if r is not None
     )
     outcome.notes.append(f"commit races seen in the logs: {races}")
-    if outcome.exit_codes == [0, 0]:
-        outcome.verdict = check(setup, complete=True)
-    else:
-        recover(env, setup, outcome)
+    settle(env, setup, outcome, ended_well=outcome.exit_codes == [0, 0])
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -681,10 +692,7 @@ def rival_commits(env: ChaosEnv, seed: int) -> Outcome:
     )
     if rival.errors:
         outcome.notes.append(f"rival errors: {rival.errors[:2]}")
-    if outcome.exit_codes == [0]:
-        outcome.verdict = check(setup, complete=True)
-    else:
-        recover(env, setup, outcome)
+    settle(env, setup, outcome, ended_well=outcome.exit_codes == [0])
     outcome.seconds = time.monotonic() - started
     return outcome
 

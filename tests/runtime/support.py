@@ -27,6 +27,7 @@ from ingest.config import IngestConfig, load_config
 from ingest.group import Partition
 from ingest.supervisor.offsets import as_offsets, committed_offsets, end_offsets, fetch_settings
 from ingest.testing import ProducedRecord
+from ingest.testing.configs import write_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -60,23 +61,7 @@ def write_config(
     }
     for section, entries in (sections or {}).items():
         values.setdefault(section, {}).update(entries)
-    lines: list[str] = []
-    for section, entries in values.items():
-        lines.append(f"[{section}]")
-        lines.extend(f"{key} = {_toml(value)}" for key, value in entries.items())
-        lines.append("")
-    path.write_text("\n".join(lines))
-    return path
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return str(value)
+    return write_toml(path, values)
 
 
 def config(path: Path) -> IngestConfig:

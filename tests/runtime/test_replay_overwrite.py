@@ -67,6 +67,19 @@ def write(tmp_path: Path, broker: Broker, topic: str, group: str, rule: str, nam
     return config(path)
 
 
+def overwrite_200_to_599(cfg: Any, spark: Any) -> Any:
+    """``ingest replay --from 200 --to 600 --partitions 0 --overwrite``, in this process."""
+    return ReplayRun(
+        cfg,
+        start=Position("offset", 200),
+        end=Position("offset", 600),
+        partitions=[0],
+        overwrite=True,
+        spark=spark,
+        progress=Progress("replay", stream=io.StringIO(), tty=False),
+    ).run()
+
+
 def test_an_overwrite_replay_replaces_the_range_in_the_table_and_the_dead_letters(
     broker: Broker, spark: Any, tmp_path: Path
 ) -> None:
@@ -92,16 +105,7 @@ def test_an_overwrite_replay_replaces_the_range_in_the_table_and_the_dead_letter
     versions_before = txn_versions(table, topic, wrong)
 
     fixed = write(tmp_path, broker, topic, group, FIXED_RULE, "fixed")
-    replay = ReplayRun(
-        fixed,
-        start=Position("offset", 200),
-        end=Position("offset", 600),
-        partitions=[0],
-        overwrite=True,
-        spark=spark,
-        progress=Progress("replay", stream=io.StringIO(), tty=False),
-    )
-    outcome = replay.run()
+    outcome = overwrite_200_to_599(fixed, spark)
     assert outcome.exit_code == 0, outcome.message
 
     in_range = (every >= 200) & (every < 600)
@@ -128,15 +132,7 @@ def test_an_overwrite_replay_replaces_the_range_in_the_table_and_the_dead_letter
     assert amounts[200] == 200.5 and amounts[599] == 599.5
 
     # Again: an overwrite is idempotent.
-    again = ReplayRun(
-        fixed,
-        start=Position("offset", 200),
-        end=Position("offset", 600),
-        partitions=[0],
-        overwrite=True,
-        spark=spark,
-        progress=Progress("replay", stream=io.StringIO(), tty=False),
-    ).run()
+    again = overwrite_200_to_599(fixed, spark)
     assert again.exit_code == 0, again.message
     assert offsets_by_partition(table)[0].tolist() == landed[0].tolist()
     assert offsets_by_partition(dead)[0].tolist() == kept_dead.tolist()

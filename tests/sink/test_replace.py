@@ -17,22 +17,28 @@ from ingest.sink.txn import app_id
 from tests.sink import committer
 
 
+def append(
+    target: DeltaTarget, apps: dict[int, str], partition: int, start: int, count: int, name: str
+) -> None:
+    """Offsets [start, start + count) of ``partition``, appended as ingest's job does."""
+    rows = committer.rows(partition, start, count)
+    files = write_data_files(rows, target.location, name=name)
+    target.commit_files(
+        files,
+        {apps[partition]: start + count - 1},
+        rows.schema,
+        planned=target.versions([apps[partition]]),
+        app_id_of=lambda t, p: apps[p],
+    )
+
+
 def landed(tmp_path: Path) -> tuple[DeltaTarget, dict[int, str]]:
     """Partitions 0 and 1, offsets 0-299 each, in files of 100 offsets."""
-    location = TableLocation.of(str(tmp_path / "t"))
-    target = DeltaTarget(location)
-    apps = {p: app_id(location.uri, "g", "race", p) for p in (0, 1)}
+    target = DeltaTarget(TableLocation.of(str(tmp_path / "t")))
+    apps = {p: app_id(target.uri, "g", "race", p) for p in (0, 1)}
     for start in (0, 100, 200):
         for partition in (0, 1):
-            rows = committer.rows(partition, start, 100)
-            files = write_data_files(rows, location, name=f"p{partition}-{start}")
-            target.commit_files(
-                files,
-                {apps[partition]: start + 99},
-                rows.schema,
-                planned=target.versions([apps[partition]]),
-                app_id_of=lambda t, p: apps[p],
-            )
+            append(target, apps, partition, start, 100, f"p{partition}-{start}")
     return target, apps
 
 
@@ -102,15 +108,7 @@ def test_a_concurrent_commit_is_redone_against_the_new_snapshot(
         cut = real_cut(self, table, ranges, attempt)
         calls["n"] += 1
         if calls["n"] == 1:
-            more = committer.rows(0, 300, 50)  # 300-349, inside the range being replaced
-            files = write_data_files(more, rival.location, name="rival")
-            rival.commit_files(
-                files,
-                {apps[0]: 349},
-                more.schema,
-                planned=rival.versions([apps[0]]),
-                app_id_of=lambda t, p: apps[p],
-            )
+            append(rival, apps, 0, 300, 50, "rival")  # 300-349, inside the range replaced
         return cut
 
     monkeypatch.setattr(DeltaTarget, "_cut_ranges", cut_then_rival_commits)
@@ -152,15 +150,7 @@ def test_txn_times_come_from_the_log_and_from_a_checkpoint(tmp_path: Path) -> No
     assert times[apps[1]] >= times[apps[0]]  # type: ignore[operator]
     # After a checkpoint, an app id with no later commit is read from the checkpoint.
     DeltaTable(target.uri).create_checkpoint()
-    rows = committer.rows(0, 300, 10)
-    files = write_data_files(rows, target.location, name="later")
-    target.commit_files(
-        files,
-        {apps[0]: 309},
-        rows.schema,
-        planned=target.versions([apps[0]]),
-        app_id_of=lambda t, p: apps[p],
-    )
+    append(target, apps, 0, 300, 10, "later")
     again = txn_times(target.location, [apps[0], apps[1]])
     assert again[apps[1]] == times[apps[1]]
     assert again[apps[0]] is not None and again[apps[0]] >= times[apps[1]]  # type: ignore[operator]
