@@ -36,9 +36,9 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig
@@ -91,11 +91,14 @@ from ingest.worker import (
     WorkerHandle,
     WorkerSettings,
     WorkerStarted,
+    prestart_fork_server,
 )
 
 __all__ = ["EXIT_CONFIG", "EXIT_FAILED", "EXIT_OK", "Engine", "GroupRun", "RunOutcome"]
 
 log = logging.getLogger("ingest.supervisor")
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -240,14 +243,23 @@ def group_config(config: IngestConfig) -> GroupConfig:
 def spawn_worker(settings: WorkerSettings) -> WorkerHandle:
     """Spawns a worker that ignores SIGINT: Ctrl-C reaches the whole process group, and
     stopping workers is the supervisor's business (a graceful stop seals their segments)."""
+    return _ignoring_sigint(lambda: WorkerHandle.spawn(settings, ignore_sigint=True))
+
+
+def prestart_workers() -> None:
+    """Starts the workers' fork server now, ignoring SIGINT like the workers it forks."""
+    _ignoring_sigint(prestart_fork_server)
+
+
+def _ignoring_sigint(start: Callable[[], T]) -> T:
     if threading.current_thread() is not threading.main_thread():
-        return WorkerHandle.spawn(settings)
+        return start()
     # Blocked while the disposition is SIG_IGN, so a Ctrl-C in this window is not lost:
     # it is delivered to our own handler once unblocked.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        return WorkerHandle.spawn(settings)
+        return start()
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -359,6 +371,7 @@ class Engine:
 
     def _open(self) -> None:
         self.store.open()
+        prestart_workers()  # imports in the background while we join or list offsets
         listen = self.config.metrics.listen
         if listen:
             self._metrics_server = MetricsServer(
@@ -737,6 +750,10 @@ class Engine:
         pending = [s.pending for s in self.states.values() if len(s.pending)]
         if not pending:
             self._flush = False
+            return False
+        if self.spark.starting:
+            # The batch would only wait for the session; planned later, it takes
+            # everything sealed meanwhile (fewer, fuller batches).
             return False
         trigger = self.config.trigger
         if self._flush or self.cap.paused or self._draining():

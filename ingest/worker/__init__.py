@@ -31,7 +31,7 @@ from ingest.worker.messages import (
     WorkerFinished,
     WorkerStarted,
 )
-from ingest.worker.process import WorkerHandle, spawn_workers
+from ingest.worker.process import WorkerHandle, prestart_fork_server, spawn_workers
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition, WorkerSettings
 
 __all__ = [
@@ -62,5 +62,6 @@ __all__ = [
     "WorkerHandle",
     "WorkerSettings",
     "WorkerStarted",
+    "prestart_fork_server",
     "spawn_workers",
 ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
 from typing import Any
 
 import pyarrow as pa
@@ -733,3 +735,20 @@ def test_kernel_buffer_cache_can_be_disabled() -> None:
     finally:
         _records.set_buffer_cache(previous)
     assert again.equals(expected)
+
+
+def test_decoding_a_batch_does_not_import_pandas() -> None:
+    # pyarrow imports pandas (~0.25 s) for pa.array() of a Python list; every worker
+    # process used to pay that on its first batch.
+    code = (
+        "import sys\n"
+        "from ingest.protocol.record_builder import Record, build_batch\n"
+        "from ingest.protocol.records import decode_records\n"
+        "import ingest.worker.process\n"
+        "data = build_batch([Record(b'v', key=b'k', headers=(('h', b'x'),))], base_offset=5)\n"
+        "decoded = decode_records(data, topic='t', partition=0)\n"
+        "assert decoded.batch.num_rows == 1, decoded\n"
+        "assert 'pandas' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
