@@ -125,6 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     from ingest.supervisor.runtime import GroupRun
 
     engine = GroupRun(config, until_end=args.until_end)
+    engine.spark.leave_jvm_at_exit = True
     with _stop_on_signals(engine):
         outcome = engine.run()
     return _finish(outcome)
@@ -144,6 +145,7 @@ def _replay(args: argparse.Namespace) -> int:
         partitions=parse_partitions(args.partitions, config.source.topics),
         overwrite=args.overwrite,
     )
+    engine.spark.leave_jvm_at_exit = True
     with _stop_on_signals(engine):
         outcome = engine.run()
     return _finish(outcome)

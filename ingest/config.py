@@ -180,6 +180,9 @@ class SparkSection:
     master: str = "local[*]"
     app_name: str = "ingest"
     conf: dict[str, str] = field(default_factory=dict)
+    # A class-data-sharing archive of the driver JVM's classes, kept in the user's cache
+    # (~115 MB): the first run records it, later runs start their JVM in about half the time.
+    class_data_sharing: bool = True
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,23 @@
 
 ``job.py`` (``Batch``, ``run_batch``, ``BatchResult``), ``source.py`` (the
 ``ingest_segments`` Python Data Source), ``decode.py`` (records to rows: types,
-offset filter, value decoding). Commits go through ``ingest.sink``.
+offset filter, value decoding), ``daemon.py`` (Spark's Python daemon with the
+tasks' imports done before it forks). Commits go through ``ingest.sink``.
+
+The names below load lazily: ``python -m spark_jobs.daemon`` must run before
+anything imports pyspark.
 """
 
-from spark_jobs.job import Batch, BatchResult, run_batch
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["Batch", "BatchResult", "run_batch"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from spark_jobs import job
+
+        return getattr(job, name)
+    raise AttributeError(f"module 'spark_jobs' has no attribute {name!r}")

@@ -341,10 +341,10 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
     handed_over = {"dead": False, "main": False}
     try:
         if tasks:
-            _register(spark)
             if path == "arrow":
                 rows = _run_files_tasks(spark, plan)
             else:
+                _register(spark)  # ~1 s the first time; the arrow path needs no data source
                 rows, schema = _transform(spark, batch, plan, spec)
             for kind, text in rows:
                 if kind == KIND_DATA:

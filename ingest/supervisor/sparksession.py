@@ -5,27 +5,165 @@ thread as soon as it knows a batch will come, so the start overlaps joining
 the group and fetching, then runs an empty job through the segment source so
 the first batch finds the Python workers up. A run with nothing to land never
 starts a JVM.
+
+Class-data sharing (``[spark] class_data_sharing``, on by default): the JVM's
+start is mostly loading and verifying Spark's classes. The first run records
+them (``-XX:ArchiveClassesAtExit``) into a temporary file that becomes the
+archive only once its JVM has exited cleanly at the end of the run; later runs
+map the archive (``-XX:SharedArchiveFile``) and start in about half the time
+(measured: 2.8 s instead of 4.9 s idle). The archive's name hashes what makes it
+valid (pyspark's version, the java binary, the session's conf); the JVM checks
+it again and ignores an archive that does not match.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from ingest.config import SparkSection
 from ingest.errors import SinkError
 
-__all__ = ["SparkProvider", "start_session"]
+__all__ = ["ClassDataArchive", "SparkProvider", "start_session"]
 
 log = logging.getLogger("ingest.supervisor.spark")
 
 
-def start_session(section: SparkSection) -> Any:
-    """Starts (or returns) this process's session with ingest's settings and ``[spark]``."""
+# How long a recording JVM gets to write its archive and exit.
+ARCHIVE_DUMP_TIMEOUT = 120.0
+# A temporary archive older than this whose run is gone was left by a killed run.
+STALE_RECORDING_SECONDS = 600.0
+
+
+class ClassDataArchive:
+    """The driver JVM's class-data-sharing archive: used when present, else recorded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.recording: Path | None = None
+
+    @classmethod
+    def for_section(
+        cls, section: SparkSection, root: Path | None = None
+    ) -> ClassDataArchive | None:
+        """The archive for ``section``'s sessions, None when off or not applicable."""
+        if not section.class_data_sharing:
+            return None
+        directory = root if root is not None else _cache_root() / "jvm"
+        if any(c.isspace() or c in "\"'" for c in str(directory)):
+            return None  # extraJavaOptions is split on whitespace
+        return cls(directory / f"spark-{_archive_key(section)}.jsa")
+
+    def java_options(self) -> str:
+        """The option for the next JVM: map the archive, or record one."""
+        if self.path.is_file():
+            return f"-XX:SharedArchiveFile={self.path}"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.debug("no class-data archive: %s", exc)
+            return ""
+        self._remove_stale_recordings()
+        self.recording = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        return f"-XX:ArchiveClassesAtExit={self.recording}"
+
+    def finish(self) -> None:
+        """After the session's stop: a recording JVM is made to exit now (it exits when
+        its stdin closes), and its archive, complete once it has exited, is kept."""
+        if self.recording is None:
+            return
+        recording, self.recording = self.recording, None
+        from pyspark import SparkContext
+
+        process = getattr(SparkContext._gateway, "proc", None)
+        if process is None or process.stdin is None:
+            return
+        began = time.monotonic()
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        try:
+            code = process.wait(ARCHIVE_DUMP_TIMEOUT)
+        except Exception:
+            process.kill()
+            code = None
+        # The gateway is gone: a later session in this process must start a new one.
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        if code == 0 and recording.is_file() and recording.stat().st_size > 0:
+            os.replace(recording, self.path)
+            log.info(
+                "class-data archive %s recorded (%.0f MB, JVM exit %.1fs); later runs start faster",
+                self.path,
+                self.path.stat().st_size / 1e6,
+                time.monotonic() - began,
+            )
+        else:
+            with contextlib.suppress(OSError):
+                recording.unlink()
+
+    def _remove_stale_recordings(self) -> None:
+        now = time.time()
+        for leftover in self.path.parent.glob(f"{self.path.name}.*.tmp"):
+            pid = leftover.suffixes[-2].lstrip(".") if len(leftover.suffixes) >= 2 else ""
+            with contextlib.suppress(OSError, ValueError):
+                if _alive(int(pid)) or now - leftover.stat().st_mtime < STALE_RECORDING_SECONDS:
+                    continue
+                leftover.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ingest"
+
+
+def _archive_key(section: SparkSection) -> str:
+    """What an archive's validity depends on: pyspark's jars, the JVM, the class path."""
+    import pyspark
+
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java") or ""
+    parts = [pyspark.__version__, os.path.dirname(pyspark.__file__), sys.version]
+    with contextlib.suppress(OSError):
+        real = os.path.realpath(java)
+        info = os.stat(real)
+        parts += [real, str(info.st_size), str(int(info.st_mtime))]
+    parts += [f"{k}={v}" for k, v in sorted(section.conf.items())]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+# C1 only: the JIT's C2 compiler cost more CPU (4 of 7.6 s) in a 5M-record run than it
+# could win back, when the rows never pass through the JVM (no transform).
+LIGHT_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def start_session(
+    section: SparkSection,
+    *,
+    archive: ClassDataArchive | None = None,
+    light_jit: bool = False,
+) -> Any:
+    """Starts (or returns) this process's session with ingest's settings and ``[spark]``;
+    with ``archive``, its JVM maps or records that class-data archive; ``light_jit``
+    (for sessions whose rows never enter the JVM) compiles with C1 only. The user's
+    ``spark.driver.extraJavaOptions`` come after ours, so they win."""
     # Python workers must run this interpreter (pyarrow and ingest are installed here).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -39,8 +177,16 @@ def start_session(section: SparkSection) -> Any:
         .config("spark.sql.session.timeZone", "UTC")
         # Spark 4 writes INT96 timestamps by default; Delta readers want micros.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        # Imports done once before the daemon forks its workers (see spark_jobs/daemon.py).
+        .config("spark.python.daemon.module", "spark_jobs.daemon")
     )
-    for key, value in section.conf.items():
+    conf = dict(section.conf)
+    ours = [archive.java_options() if archive is not None else "", LIGHT_JIT if light_jit else ""]
+    user = conf.get("spark.driver.extraJavaOptions", "")
+    options = " ".join(option for option in [*ours, user] if option)
+    if options:
+        conf["spark.driver.extraJavaOptions"] = options
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
@@ -60,6 +206,11 @@ class SparkProvider:
         self._thread: threading.Thread | None = None
         self._owned = session is None
         self.started_in: float | None = None
+        self._archive = ClassDataArchive.for_section(section) if self._owned else None
+        # Set by the CLI, whose process ends after the run: the JVM stops itself when its
+        # stdin closes (running SparkContext's shutdown hook), so ``stop`` need not wait
+        # for the Python-side stop (~1 s, measured).
+        self.leave_jvm_at_exit = False
 
     @property
     def started(self) -> bool:
@@ -75,7 +226,9 @@ class SparkProvider:
     def _start(self) -> None:
         began = time.monotonic()
         try:
-            session = start_session(self.section)
+            session = start_session(
+                self.section, archive=self._archive, light_jit=not self.transform
+            )
             self.started_in = time.monotonic() - began
             log.info("spark session %s started in %.1fs", self.section.master, self.started_in)
             if self._owned:
@@ -95,6 +248,16 @@ class SparkProvider:
         except Exception as exc:  # the first batch will meet the cause, with its context
             log.warning("spark warm-up job failed: %s", exc)
 
+    @property
+    def starting(self) -> bool:
+        """The session (and its warm-up) is on its way up and has not failed."""
+        return (
+            self._session is None
+            and self._error is None
+            and self._thread is not None
+            and self._thread.is_alive()
+        )
+
     def session_if_started(self) -> Any | None:
         """The session if it is up, without waiting or starting one."""
         return self._session
@@ -111,9 +274,14 @@ class SparkProvider:
 
     def stop(self) -> None:
         """Stops a session this provider started (a given one belongs to the caller)."""
+        recording = self._archive is not None and self._archive.recording is not None
+        if self.leave_jvm_at_exit and not recording:
+            return
         if self._owned and self._session is not None:
             try:
                 self._session.stop()
             except Exception as exc:
                 log.warning("stopping the Spark session failed: %s", exc)
             self._session = None
+            if self._archive is not None:
+                self._archive.finish()
