@@ -15,6 +15,7 @@ from ingest.errors import ConfigError
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter
 from ingest.protocol.records import RECORD_SCHEMA
 from ingest.sink.deadletter import DEAD_LETTER_SCHEMA, STAGE_DECODE
+from spark_jobs import decode as decode_module
 from spark_jobs.decode import DecodeSpec, decode, drop_through, spark_records
 
 JSON_SCHEMA = pa.schema(
@@ -101,6 +102,16 @@ def test_json_block_parse_matches_per_record_parse_on_tricky_values() -> None:
         b'{"id": 9}\n',
     ]
     check_against_reference(tricky * 5)
+
+
+def test_json_decoding_in_windows_keeps_order_and_every_dead_letter() -> None:
+    count = 2 * decode_module._WINDOW + 1000
+    values: list[bytes | None] = [b'{"id": %d, "name": "n"}' % i for i in range(count)]
+    # Bad values first, last, on both sides of each window's edge, and a tombstone.
+    for i in (0, decode_module._WINDOW - 1, decode_module._WINDOW, count - 1):
+        values[i] = b'{"id": "bad"}'
+    values[decode_module._WINDOW + 7] = None
+    check_against_reference(values)
 
 
 @settings(max_examples=40, deadline=None)
