@@ -154,6 +154,7 @@ class TreeSampler:
     peak_pss: int = 0
     peak_processes: int = 0
     _cpu: dict[tuple[int, int], float] = field(default_factory=dict)
+    _kind: dict[tuple[int, int], str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -183,6 +184,8 @@ class TreeSampler:
             start_ticks = int(fields[19])
             # Own user + system time only: a child's is counted from its own samples.
             self._cpu[(pid, start_ticks)] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+            # Every sample: a process may exec another program (spark-submit execs java).
+            self._kind[(pid, start_ticks)] = _process_kind(_read(f"/proc/{pid}/cmdline") or "")
             rss += _status_kib(status, "VmRSS:") * 1024
             count += 1
             if self.pss:
@@ -196,6 +199,29 @@ class TreeSampler:
     def cpu_seconds(self) -> float:
         return sum(self._cpu.values())
 
+    def cpu_by_kind(self) -> dict[str, float]:
+        spent: dict[str, float] = {}
+        for key, seconds in self._cpu.items():
+            kind = self._kind.get(key, "other")
+            spent[kind] = spent.get(kind, 0.0) + seconds
+        return dict(sorted(spent.items(), key=lambda item: -item[1]))
+
+
+def _process_kind(cmdline: str) -> str:
+    """A short name for a process of the tree, from its command line."""
+    argv = cmdline.split("\0")
+    if "java" in argv[0]:
+        return "spark jvm"
+    if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
+        return "spark python"
+    if "multiprocessing" in cmdline:
+        return "ingest workers"
+    if "ingest.cli" in cmdline:
+        return "supervisor"
+    if "--peer" in argv:
+        return "peer " + argv[argv.index("--peer") + 1]
+    return argv[0].rsplit("/", 1)[-1] or "other"
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -205,6 +231,7 @@ class Measured:
     cpu_seconds: float
     processes: int
     returncode: int
+    cpu_by_kind: Mapping[str, float] = field(default_factory=dict)
 
 
 def run_measured(
@@ -235,6 +262,7 @@ def run_measured(
         sampler.cpu_seconds,
         sampler.peak_processes,
         code,
+        sampler.cpu_by_kind(),
     )
 
 

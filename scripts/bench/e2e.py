@@ -170,6 +170,9 @@ def main() -> None:
             f"{gib(m.peak_rss):8.2f} {gib(m.peak_pss):8.2f} {m.cpu_seconds:7.1f} "
             f"{result['problem'] or 'yes'}"
         )
+    for name, result in results.items():
+        spent = ", ".join(f"{k} {v:.1f}" for k, v in result["m"].cpu_by_kind.items())
+        print(f"# CPU s of {name}: {spent}")
     print("(peak memory and CPU: the whole process tree; for (c) they include building the")
     print(" Arrow data between the timed read and write)")
     if {"ours", "naive", "limit"} <= set(results):
