@@ -1,5 +1,6 @@
 """The Python Data Source over handoff segments: one input partition per task, a run of
-consecutive segments of one Kafka partition.
+consecutive segments of one Kafka partition, or a row range of them
+(``job.group_segments``).
 
 ``spark.read.format("ingest_segments").option("plan", encode_plan(plan)).load()``.
 Each task reads its segments (memory-mapped when local), drops the offsets the
@@ -65,6 +66,7 @@ class SegmentTask:
     partition: int
     skip_through: int | None  # the table's txn version
     dead_skip_through: int | None  # the dead-letter table's txn version
+    rows: tuple[int, int] | None = None  # a row range of the segments' records; None: all
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ def read_task(plan: ReadPlan, index: int) -> tuple[pa.Table, pa.Table]:
     task = plan.tasks[index]
     segments = [read_segment(uri, storage_options=plan.segment_options) for uri in task.uris]
     segment = segments[0] if len(segments) == 1 else pa.concat_tables(segments)
+    if task.rows is not None:
+        segment = segment.slice(task.rows[0], task.rows[1] - task.rows[0])
     records = drop_through(spark_records(segment), task.skip_through)
     decoded = decode(records, plan.spec, ingest_time=plan.ingest_time)
     dead = drop_through(decoded.dead, task.dead_skip_through)
