@@ -69,6 +69,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from ingest.errors import ConfigError, SinkError
+from ingest.faults import fault_point
 from ingest.handoff import CorruptRangeReported, SegmentSealed, read_segment
 from ingest.sink.config import DEAD_LETTER_COLUMN, TableConfig
 from ingest.sink.deadletter import (
@@ -433,6 +434,7 @@ def _run_once(spark: Any, batch: Batch, spec: DecodeSpec, path: str) -> BatchRes
         started = stages.lap("dead_letters", started)
 
         txns = {apps[key]: last[key] for key in apps}
+        fault_point("before_delta_commit")
         handed_over["main"] = True
         if upserting:
             assert source is not None

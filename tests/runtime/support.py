@@ -160,10 +160,10 @@ class Cli:
     """``ingest ...`` in a subprocess; its stderr (the structured log) is kept in a file
     and read as it grows."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
         self.log = log
         self._out = open(log, "w")  # noqa: SIM115 (closed in wait)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ingest.cli", *args],
             cwd=ROOT,

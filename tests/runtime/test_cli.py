@@ -20,6 +20,7 @@ import pytest
 from ingest.group import Partition
 from ingest.supervisor.runtime import GroupRun
 from ingest.testing import Broker, create_topic, produce
+from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (
     Cli,
     assert_exact,
@@ -46,10 +47,6 @@ def produce_range(broker: Broker, topic: str, start: int, count: int) -> None:
     )
 
 
-def batch_numbers(lines: list[str]) -> list[int]:
-    return [int(re.search(r" batch=(\d+)", line).group(1)) for line in lines]  # type: ignore[union-attr]
-
-
 def finish_until_end(path: Path, spark: Any, ends: int) -> None:
     """A restart with --until-end (in this process): every offset lands once, the group's
     offsets reach the end offsets."""
@@ -63,7 +60,7 @@ def finish_until_end(path: Path, spark: Any, ends: int) -> None:
     assert group_offsets(cfg, partitions) == dict.fromkeys(partitions, ends)
 
 
-def test_continuous_run_lands_new_data_and_a_sigterm_mid_batch_stops_it_cleanly(
+def test_continuous_run_lands_new_data_and_a_sigterm_stops_it_cleanly(
     broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
@@ -112,27 +109,17 @@ def test_continuous_run_lands_new_data_and_a_sigterm_mid_batch_stops_it_cleanly(
         assert [row["state"] for row in status["partitions"]] == ["running"] * PARTITIONS
         assert all(row["pid"] for row in status["partitions"])
 
-        # A large round, then SIGTERM while one of its batches runs.
+        # A large round, then SIGTERM while it lands (test_a_sigterm_mid_batch_... holds
+        # a batch in flight to make sure of that case).
         produce_range(broker, topic, produced, 250_000)
         produced += 250_000
-        in_flight: list[int] = []
-
-        def batch_running() -> bool:
-            started = batch_numbers(cli.lines("batch_started"))
-            if started and started[-1] not in batch_numbers(cli.lines("batch_committed")):
-                in_flight.append(started[-1])
-                cli.signal(signal.SIGTERM)
-                return True
-            return False
-
-        wait_until(batch_running, 60, "a batch in flight")
+        cli.wait_for_event("batch_started", 60, count=len(cli.lines("batch_started")) + 1)
+        cli.signal(signal.SIGTERM)
         assert cli.wait(90) == 0, cli.text()[-3000:]
     finally:
         cli.kill()
     log = cli.text()
     started_at = log.index("event=shutdown_started")
-    # The batch in flight at the signal finished after it, then offsets were committed.
-    assert log.index(f"event=batch_committed batch={in_flight[0]} ") > started_at
     assert log.rindex("event=offsets_committed") > started_at
     assert "event=left_group" in log
     cfg = config(path)
@@ -144,6 +131,46 @@ def test_continuous_run_lands_new_data_and_a_sigterm_mid_batch_stops_it_cleanly(
     # A restart (here --until-end) lands the rest once.
     produce_range(broker, topic, produced, 500)
     finish_until_end(path, spark, produced + 500)
+
+
+def test_a_sigterm_mid_batch_lets_the_batch_finish_then_commits_and_leaves(
+    broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
+) -> None:
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    produce_range(broker, topic, 0, 20_000)
+    path = write_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=group,
+        table=tmp_path / "table",
+    )
+    # The first batch waits 3 s between writing its files and its Delta commit: the
+    # signal lands while it is in flight, whatever the machine's speed.
+    stall = fault_point_env("before_delta_commit", 1, stall=3)
+    cli = Cli(["run", "-c", str(path)], tmp_path / "run.log", env=stall)
+    try:
+        wait_until(
+            lambda: "fault point before_delta_commit #1: stall" in cli.text(),
+            120,
+            "the first batch held before its commit",
+        )
+        cli.signal(signal.SIGTERM)
+        assert cli.wait(90) == 0, cli.text()[-3000:]
+    finally:
+        cli.kill()
+    log = cli.text()
+    started_at = log.index("event=shutdown_started")
+    # The batch in flight at the signal finished after it, then offsets were committed.
+    assert log.index("event=batch_committed batch=1 ") > started_at
+    assert log.rindex("event=offsets_committed") > started_at
+    assert "event=left_group" in log
+    cfg = config(path)
+    partitions = [Partition(topic, p) for p in range(PARTITIONS)]
+    assert sum(o or 0 for o in group_offsets(cfg, partitions).values()) == row_count(
+        tmp_path / "table"
+    )
+    finish_until_end(path, spark, 20_000)
 
 
 def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
