@@ -145,7 +145,9 @@ class HandoffSection:
 
 @dataclass(frozen=True)
 class TriggerSection:
-    max_bytes: Size = Size(256 * 1024**2)
+    # A batch's segment bytes: big enough for a backlog to land in few batches (5M
+    # records: 1 GiB batches 9.2-9.9 s, 256 MiB 10.2-11.4 s, same broker and data).
+    max_bytes: Size = Size(1024**3)
     max_records: int = 5_000_000
     max_age: Duration = Duration(30)
     # On SIGTERM/SIGINT: how long the in-flight and final batches get before giving up.

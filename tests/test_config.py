@@ -38,7 +38,7 @@ def _parse(text: str, env: dict[str, str] | None = None):  # type: ignore[no-unt
 
 def test_a_minimal_config_takes_the_defaults() -> None:
     config = _parse(MINIMAL)
-    assert config.trigger.max_bytes == 256 * 1024**2
+    assert config.trigger.max_bytes == 1024**3
     assert config.handoff.mode == "shm"
     assert config.dead_letter_uri() == "/tmp/events_dead_letters"
     assert config.client_config().bootstrap_servers == ("127.0.0.1:9092",)

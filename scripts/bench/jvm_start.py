@@ -1,6 +1,10 @@
 """The fixed cost of a run: Spark session start and the warm-up job, with JVM options.
 
     .venv/bin/python scripts/bench/jvm_start.py [--java-options=-XX:...] [--repeat 2]
+    .venv/bin/python scripts/bench/jvm_start.py --product   # as `ingest run` starts it
+
+``--product`` starts the session the way the supervisor does: the class-data archive
+from ~/.cache/ingest/jvm (recorded by the first such run if missing) and C1 only.
 
 Each repeat is a fresh process (a JVM starts once per process). Prints one line per
 repeat and a ``RESULT`` line with the best of each.
@@ -16,16 +20,20 @@ import sys
 PROBE = """
 import os, sys, time
 from ingest.config import SparkSection
-from ingest.supervisor.sparksession import start_session
+from ingest.supervisor.sparksession import ClassDataArchive, start_session
 from spark_jobs.job import warm_up
-options = sys.argv[1]
+options, product = sys.argv[1], sys.argv[2] == "product"
 conf = {"spark.driver.extraJavaOptions": options} if options else {}
+section = SparkSection(master="local[2]", conf=conf)
+archive = ClassDataArchive.for_section(section) if product else None
 began = time.monotonic()
-session = start_session(SparkSection(master="local[2]", conf=conf))
+session = start_session(section, archive=archive, light_jit=product)
 started = time.monotonic() - began
 warm = warm_up(session)
 print(f"session_s={started:.2f} warm_up_s={warm:.2f}")
 session.stop()
+if archive is not None:
+    archive.finish()
 """
 
 
@@ -33,12 +41,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--java-options", default="", help="spark.driver.extraJavaOptions")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--product", action="store_true", help="archive + C1, as ingest run")
     args = parser.parse_args()
     print(f"# load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     sessions, warms = [], []
     for _ in range(args.repeat):
         done = subprocess.run(
-            [sys.executable, "-c", PROBE, args.java_options],
+            [sys.executable, "-c", PROBE, args.java_options, "product" if args.product else ""],
             capture_output=True,
             text=True,
             check=True,
