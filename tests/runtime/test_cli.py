@@ -47,6 +47,27 @@ def produce_range(broker: Broker, topic: str, start: int, count: int) -> None:
     )
 
 
+def topic_and_config(
+    broker: Broker,
+    topic: str,
+    group: str,
+    tmp_path: Path,
+    records: int,
+    sections: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """A topic of PARTITIONS partitions holding ``records``, and a run config for it."""
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    produce_range(broker, topic, 0, records)
+    return write_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=group,
+        table=tmp_path / "table",
+        sections=sections,
+    )
+
+
 def finish_until_end(path: Path, spark: Any, ends: int) -> None:
     """A restart with --until-end (in this process): every offset lands once, the group's
     offsets reach the end offsets."""
@@ -63,15 +84,8 @@ def finish_until_end(path: Path, spark: Any, ends: int) -> None:
 def test_continuous_run_lands_new_data_and_a_sigterm_stops_it_cleanly(
     broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
-    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    produce_range(broker, topic, 0, 3000)
-    path = write_config(
-        tmp_path / "run.toml",
-        bootstrap=broker.bootstrap,
-        topic=topic,
-        group=group,
-        table=tmp_path / "table",
-        sections={"metrics": {"listen": "127.0.0.1:0"}},
+    path = topic_and_config(
+        broker, topic, group, tmp_path, 3000, sections={"metrics": {"listen": "127.0.0.1:0"}}
     )
     cli = Cli(["run", "-c", str(path)], tmp_path / "run.log")
     try:
@@ -136,15 +150,7 @@ def test_continuous_run_lands_new_data_and_a_sigterm_stops_it_cleanly(
 def test_a_sigterm_mid_batch_lets_the_batch_finish_then_commits_and_leaves(
     broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
-    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    produce_range(broker, topic, 0, 20_000)
-    path = write_config(
-        tmp_path / "run.toml",
-        bootstrap=broker.bootstrap,
-        topic=topic,
-        group=group,
-        table=tmp_path / "table",
-    )
+    path = topic_and_config(broker, topic, group, tmp_path, 20_000)
     # The first batch waits 3 s between writing its files and its Delta commit: the
     # signal lands while it is in flight, whatever the machine's speed.
     stall = fault_point_env("before_delta_commit", 1, stall=3)
@@ -176,15 +182,7 @@ def test_a_sigterm_mid_batch_lets_the_batch_finish_then_commits_and_leaves(
 def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
     broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
-    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    produce_range(broker, topic, 0, 100_000)
-    path = write_config(
-        tmp_path / "run.toml",
-        bootstrap=broker.bootstrap,
-        topic=topic,
-        group=group,
-        table=tmp_path / "table",
-    )
+    path = topic_and_config(broker, topic, group, tmp_path, 100_000)
     cli = Cli(["run", "-c", str(path)], tmp_path / "run.log")
     try:
         cli.wait_for_event("batch_started", 90)
