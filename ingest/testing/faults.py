@@ -32,19 +32,24 @@ __all__ = [
 
 from ingest.faults import FAULT_POINT_ENV, FAULT_POINTS, fault_point, fault_point_env
 
+# ingest.worker.process.WORKER_PROCESS_NAME (this package does not import the worker).
+WORKER_PROCESS_NAME = "ingest-worker"
+
 
 @dataclass(frozen=True)
 class ProcessInfo:
     pid: int
     ppid: int
     cmdline: str
+    name: str = ""  # /proc/<pid>/comm
 
     @property
     def kind(self) -> str:
         """``jvm``, ``worker`` (a partition worker), ``python`` or ``other``."""
         if "java" in self.cmdline.split(" ", 1)[0] or "org.apache.spark" in self.cmdline:
             return "jvm"
-        if "multiprocessing.spawn" in self.cmdline or "spawn_main" in self.cmdline:
+        # Workers fork from a fork server and keep its command line; they rename themselves.
+        if self.name == WORKER_PROCESS_NAME or "spawn_main" in self.cmdline:
             return "worker"
         if "python" in self.cmdline.split(" ", 1)[0]:
             return "python"
@@ -57,11 +62,13 @@ def _read(pid: int) -> ProcessInfo | None:
             fields = stat.read().rsplit(")", 1)[1].split()
         with open(f"/proc/{pid}/cmdline", "rb") as cmd:
             cmdline = cmd.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        with open(f"/proc/{pid}/comm") as comm:
+            name = comm.read().strip()
     except OSError:
         return None
     if fields[0] == "Z":
         return None
-    return ProcessInfo(pid, int(fields[1]), cmdline)
+    return ProcessInfo(pid, int(fields[1]), cmdline, name)
 
 
 def process_tree(root: int) -> list[ProcessInfo]:

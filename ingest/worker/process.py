@@ -62,6 +62,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PARENT_GONE",
     "STOP_NOW_GRACE",
+    "WORKER_PROCESS_NAME",
     "WorkerHandle",
     "prestart_fork_server",
     "spawn_workers",
@@ -69,6 +70,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("ingest.worker")
+
+WORKER_PROCESS_NAME = "ingest-worker"
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -132,6 +135,10 @@ def worker_main(
     settings: WorkerSettings, control: Connection, events: Connection, ignore_sigint: bool = False
 ) -> None:
     """The worker process's entry point (a module-level function, so spawn can find it)."""
+    # Forked workers share the fork server's command line; the name tells them apart in
+    # ps -o comm, top and the fault tests.
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write(WORKER_PROCESS_NAME)
     if ignore_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     _configure_logging(settings)

@@ -47,3 +47,10 @@ def test_a_bad_spec_is_refused_at_start(spec: str) -> None:
     done, _ = run({"INGEST_FAULT_POINT": spec})
     assert done.returncode == 1
     assert "INGEST_FAULT_POINT" in done.stderr
+
+
+def test_the_fault_tests_know_the_workers_by_their_process_name() -> None:
+    from ingest.testing import faults
+    from ingest.worker import process
+
+    assert faults.WORKER_PROCESS_NAME == process.WORKER_PROCESS_NAME
