@@ -54,6 +54,7 @@ would be neither written nor dead-lettered, yet the txn moves past them.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import itertools
 import json
@@ -542,30 +543,27 @@ def _pieces(
     if not _local(run):
         piece = sum(s.bytes for s in run) / count
         groups: list[list[SegmentSealed]] = [[]]
+        group_bytes = 0
         for segment in run:
-            if groups[-1] and sum(s.bytes for s in groups[-1]) + segment.bytes > piece:
+            if groups[-1] and group_bytes + segment.bytes > piece:
                 groups.append([])
+                group_bytes = 0
             groups[-1].append(segment)
+            group_bytes += segment.bytes
         return [(tuple(s.uri for s in group), None) for group in groups]
-    rows = sum(s.record_count for s in run)
-    bounds = [rows * i // count for i in range(count + 1)]
+    # starts[i]: the first row of segment i within the run; starts[-1]: all rows.
+    starts = list(itertools.accumulate((s.record_count for s in run), initial=0))
+    bounds = [starts[-1] * i // count for i in range(count + 1)]
     pieces: list[tuple[tuple[str, ...], tuple[int, int] | None]] = []
     for low, high in itertools.pairwise(bounds):
         if low == high:
             continue
-        uris: list[str] = []
-        first_row = 0  # of the first covered segment, within the whole run
-        start = 0
-        for segment in run:
-            end = start + segment.record_count
-            if end > low and start < high:
-                if not uris:
-                    first_row = start
-                uris.append(segment.uri)
-            start = end
-        covered = sum(s.record_count for s in run if s.uri in uris)
-        window = (low - first_row, high - first_row)
-        pieces.append((tuple(uris), None if window == (0, covered) else window))
+        first = bisect.bisect_right(starts, low) - 1  # the segment holding row ``low``
+        last = bisect.bisect_left(starts, high) - 1  # the last one starting below ``high``
+        window = (low - starts[first], high - starts[first])
+        whole = (0, starts[last + 1] - starts[first])
+        uris = tuple(s.uri for s in run[first : last + 1])
+        pieces.append((uris, None if window == whole else window))
     return pieces
 
 

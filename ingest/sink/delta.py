@@ -331,15 +331,7 @@ class DeltaTarget:
             else:
                 self.location.delete(f.path for f in pending)
             raise
-        return CommitOutcome(
-            version=self._version_of(token),
-            files=tuple(pending),
-            rows=sum(f.rows for f in pending),
-            txn_versions={**current, **wanted},
-            attempts=attempt,
-            committed=True,
-            dropped_rows=dropped,
-        )
+        return self._committed(token, pending, {**current, **wanted}, attempt, dropped)
 
     def commit_replacing(
         self,
@@ -415,14 +407,25 @@ class DeltaTarget:
             len(removes),
             sum(f.rows for f in pending),
         )
+        return self._committed(token, pending, {**current, **wanted}, attempt, replaced)
+
+    def _committed(
+        self,
+        token: str,
+        files: Sequence[DataFile],
+        txn_versions: Mapping[str, int | None],
+        attempts: int,
+        dropped_rows: int,
+    ) -> CommitOutcome:
+        """The outcome of a commit that went through (found again by its token)."""
         return CommitOutcome(
             version=self._version_of(token),
-            files=tuple(pending),
-            rows=sum(f.rows for f in pending),
-            txn_versions={**current, **wanted},
-            attempts=attempt,
+            files=tuple(files),
+            rows=sum(f.rows for f in files),
+            txn_versions=txn_versions,
+            attempts=attempts,
             committed=True,
-            dropped_rows=replaced,
+            dropped_rows=dropped_rows,
         )
 
     def _try_commit(

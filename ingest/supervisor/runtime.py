@@ -36,9 +36,9 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig
@@ -97,8 +97,6 @@ from ingest.worker import (
 __all__ = ["EXIT_CONFIG", "EXIT_FAILED", "EXIT_OK", "Engine", "GroupRun", "RunOutcome"]
 
 log = logging.getLogger("ingest.supervisor")
-
-T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -242,24 +240,24 @@ def group_config(config: IngestConfig) -> GroupConfig:
 
 def spawn_worker(settings: WorkerSettings) -> WorkerHandle:
     """Spawns a worker that ignores SIGINT: Ctrl-C reaches the whole process group, and
-    stopping workers is the supervisor's business (a graceful stop seals their segments)."""
-    return _ignoring_sigint(lambda: WorkerHandle.spawn(settings, ignore_sigint=True))
+    stopping workers is the supervisor's business (a graceful stop seals their segments).
+    Workers fork from the fork server, which ignores SIGINT from its start."""
+    prestart_workers()
+    return WorkerHandle.spawn(settings, ignore_sigint=True)
 
 
 def prestart_workers() -> None:
-    """Starts the workers' fork server now, ignoring SIGINT like the workers it forks."""
-    _ignoring_sigint(prestart_fork_server)
-
-
-def _ignoring_sigint(start: Callable[[], T]) -> T:
+    """Starts the workers' fork server (once) with SIGINT ignored, so that its forks
+    ignore it from their first instruction."""
     if threading.current_thread() is not threading.main_thread():
-        return start()
+        prestart_fork_server()
+        return
     # Blocked while the disposition is SIG_IGN, so a Ctrl-C in this window is not lost:
     # it is delivered to our own handler once unblocked.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        return start()
+        prestart_fork_server()
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -91,7 +92,7 @@ class ClassDataArchive:
             process.stdin.close()
         try:
             code = process.wait(ARCHIVE_DUMP_TIMEOUT)
-        except Exception:
+        except subprocess.TimeoutExpired:
             process.kill()
             code = None
         # The gateway is gone: a later session in this process must start a new one.
@@ -251,12 +252,8 @@ class SparkProvider:
     @property
     def starting(self) -> bool:
         """The session (and its warm-up) is on its way up and has not failed."""
-        return (
-            self._session is None
-            and self._error is None
-            and self._thread is not None
-            and self._thread.is_alive()
-        )
+        # The thread sets the session, or the error, as its last step.
+        return self._thread is not None and self._thread.is_alive()
 
     def session_if_started(self) -> Any | None:
         """The session if it is up, without waiting or starting one."""

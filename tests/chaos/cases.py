@@ -313,8 +313,13 @@ def recover(env: ChaosEnv, setup: Setup, outcome: Outcome) -> None:
     outcome.verdict = check(setup, complete=True)
 
 
-def settle(env: ChaosEnv, setup: Setup, outcome: Outcome, *, ended_well: bool) -> None:
-    """The full check if the run ended by itself with everything landed, else recover."""
+def settle(
+    env: ChaosEnv, setup: Setup, outcome: Outcome, *, ended_well: bool | None = None
+) -> None:
+    """The full check if the run ended by itself with everything landed, else recover.
+    By default the run ended well when its last exit was 0 and every record landed."""
+    if ended_well is None:
+        ended_well = outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced
     if ended_well:
         outcome.verdict = check(setup, complete=True)
     else:
@@ -419,12 +424,7 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
             outcome.notes.append(f"processes outlived the kill: {left}")
     if pick == "worker":
         outcome.notes.append(f"worker_crashed logged {run.count('worker_crashed')}x")
-    settle(
-        env,
-        setup,
-        outcome,
-        ended_well=outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced,
-    )
+    settle(env, setup, outcome)
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -518,12 +518,7 @@ def broker_pause(env: ChaosEnv, seed: int) -> Outcome:
             f"partitions_lost {lost}x, assigned {run.count('partitions_assigned')}x, "
             f"commit_failed {run.count('commit_failed')}x"
         )
-        settle(
-            env,
-            setup,
-            outcome,
-            ended_well=outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced,
-        )
+        settle(env, setup, outcome)
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -567,12 +562,7 @@ def broker_kill(env: ChaosEnv, seed: int) -> Outcome:
         if errors:
             outcome.notes.append(f"producer rounds failed: {errors[:2]}")
         outcome.notes.append(f"assigned {run.count('partitions_assigned')}x")
-        settle(
-            env,
-            setup,
-            outcome,
-            ended_well=outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced,
-        )
+        settle(env, setup, outcome)
     finally:
         broker.cleanup()
     outcome.seconds = time.monotonic() - started
