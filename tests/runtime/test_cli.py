@@ -152,9 +152,9 @@ def test_a_sigterm_mid_batch_lets_the_batch_finish_then_commits_and_leaves(
     broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     path = topic_and_config(broker, topic, group, tmp_path, 20_000)
-    # The first batch waits 3 s between writing its files and its Delta commit: the
+    # The first batch waits 8 s between writing its files and its Delta commit: the
     # signal lands while it is in flight, whatever the machine's speed.
-    stall = fault_point_env("before_delta_commit", 1, stall=3)
+    stall = fault_point_env("before_delta_commit", 1, stall=8)
     cli = Cli(["run", "-c", str(path)], tmp_path / "run.log", env=stall)
     try:
         wait_until(
@@ -184,9 +184,16 @@ def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
     broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     path = topic_and_config(broker, topic, group, tmp_path, 100_000)
-    cli = Cli(["run", "-c", str(path)], tmp_path / "run.log")
+    # The first batch is held before its Delta commit far longer than the test takes, so
+    # the graceful stop has a batch to wait for when the second signal comes.
+    stall = fault_point_env("before_delta_commit", 1, stall=60)
+    cli = Cli(["run", "-c", str(path)], tmp_path / "run.log", env=stall)
     try:
-        cli.wait_for_event("batch_started", 90)
+        wait_until(
+            lambda: "fault point before_delta_commit #1: stall" in cli.text(),
+            120,
+            "the first batch held before its commit",
+        )
         cli.signal(signal.SIGTERM)
         cli.wait_for_event("shutdown_started", 10)
         cli.signal(signal.SIGINT)
@@ -198,5 +205,6 @@ def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
     assert code == 128 + signal.SIGINT, cli.text()[-3000:]
     assert took < 5, took
     assert "second signal: exiting at once" in cli.text()
+    assert "event=batch_committed" not in cli.text()
     produce_range(broker, topic, 100_000, 1000)
     finish_until_end(path, spark, 101_000)
