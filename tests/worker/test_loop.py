@@ -20,6 +20,7 @@ from ingest.worker.fetcher import UnreadableCorruption
 from ingest.worker.loop import ControlInbox, PartitionWorker
 from ingest.worker.messages import (
     BackpressureChanged,
+    Control,
     CorruptRangeReported,
     Event,
     OffsetResetApplied,
@@ -30,9 +31,28 @@ from ingest.worker.messages import (
     StopAfterSeal,
     StopNow,
     WorkerFinished,
+    WorkerStarted,
 )
 from ingest.worker.settings import EndPosition, StartPosition
 from tests.worker.scripted import TOPIC, PartitionLog, ScriptedLeader, make_fetcher, values
+
+
+class WatchedInbox(ControlInbox):
+    """Tells the test when the loop goes idle: it only waits on its inbox while paused,
+    with no Fetch in flight and the open segment sealed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.idle = threading.Event()
+
+    def put(self, control: Control) -> None:
+        if isinstance(control, Pause):
+            self.idle.clear()
+        super().put(control)
+
+    def wait(self, timeout: float) -> None:
+        self.idle.set()
+        super().wait(timeout)
 
 
 class Running:
@@ -52,11 +72,11 @@ class Running:
         self.fetcher = make_fetcher(leader, start=start, end=end, **fetch)
         self.writer = SegmentWriter(store.location, TOPIC, 0)
         self.events: queue.Queue[Event] = queue.Queue()
-        self.inbox = ControlInbox()
+        self.inbox = WatchedInbox()
         self.worker = PartitionWorker(
             self.fetcher,
             self.writer,
-            self.events.put,
+            self._emit,
             self.inbox,
             max_unacked_bytes=max_unacked_bytes,
             resume_unacked_bytes=resume_unacked_bytes,
@@ -64,6 +84,14 @@ class Running:
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+
+    def _emit(self, event: Event) -> None:
+        if isinstance(event, BackpressureChanged) and event.paused:
+            self.inbox.idle.clear()  # on the loop's thread: before it can go idle
+        self.events.put(event)
+
+    def wait_idle(self) -> None:
+        assert self.inbox.idle.wait(5), "the worker never went idle"
 
     def _run(self) -> None:
         try:
@@ -136,10 +164,11 @@ def test_backpressure_stops_at_the_cap_resumes_on_release_and_loses_nothing(
             elif isinstance(event, BackpressureChanged):
                 if event.paused:
                     pauses += 1
-                    # Paused: the open segment is sealed so that it can be released,
-                    # then nothing more arrives until we release.
+                    # Paused: the Fetch in flight is taken in and the open segment is
+                    # sealed so that it can be released, then nothing more arrives
+                    # until we release.
                     fetches = len(leader.fetches)
-                    time.sleep(0.15)
+                    running.wait_idle()
                     assert len(leader.fetches) <= fetches + 1
                     while not running.events.empty():
                         sealed = running.next_event()
@@ -175,7 +204,7 @@ def test_pause_stops_fetching_until_resume(store: HandoffStore) -> None:
         running = Running(leader, store, max_wait_ms=10)
         wait_for_records(running, 10)
         running.inbox.put(Pause())
-        time.sleep(0.2)  # at most the Fetch in flight is taken in
+        running.wait_idle()  # the Fetch in flight, if any, is taken in
         fetches = len(leader.fetches)
         time.sleep(0.3)
         assert len(leader.fetches) == fetches
@@ -282,12 +311,11 @@ def test_a_partition_log_that_grows_while_running_is_followed(store: HandoffStor
     log = PartitionLog()
     with ScriptedLeader(log) as leader:
         running = Running(leader, store, max_wait_ms=10, start=StartPosition.latest())
-        time.sleep(0.1)
+        started, _ = running.until(WorkerStarted)
+        assert started.start_offset == 0  # resolved before anything was appended
         log.append(values(10))
         log.append(values(10, start=10))
-        deadline = time.monotonic() + 5
-        while running.worker.records < 20 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for_records(running, 20)
         running.inbox.put(StopAfterSeal())
         finished, seen = running.until(WorkerFinished)
         running.join()
