@@ -106,7 +106,15 @@ class Recorder:
 
     @property
     def stable(self) -> bool:
-        return self.member.state is MemberState.STABLE and self.owned == self.member.assignment
+        """Stable, and this generation's PartitionsAssigned handed over: the member turns
+        STABLE before the event is polled."""
+        assigned = [e for _, e in self.events if isinstance(e, PartitionsAssigned)]
+        return (
+            self.member.state is MemberState.STABLE
+            and bool(assigned)
+            and assigned[-1].generation_id == self.member.generation_id
+            and self.owned == self.member.assignment
+        )
 
 
 def pump_until(
