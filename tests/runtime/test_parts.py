@@ -134,7 +134,11 @@ def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
         into.set("ingest_partition_lag", 42, topic="t", partition=0)
 
     server = MetricsServer(
-        metrics, "127.0.0.1:0", status=lambda: {"partitions": [{"partition": 0}]}, collector=collect
+        metrics,
+        "127.0.0.1:0",
+        status=lambda: {"partitions": [{"partition": 0}]},
+        collector=collect,
+        collect_every=3600,  # the two scrapes fall in one window however slow the host
     )
     try:
         base = f"http://{server.address}"

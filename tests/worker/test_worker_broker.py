@@ -179,7 +179,15 @@ def test_stop_after_seal_mid_stream_leaves_consistent_segments(
     name, reference = big_topic
     config = HandoffConfig(segment_max_bytes=2 * 1024 * 1024)
     with HandoffStore(config) as store:
-        settings = worker_settings(broker.bootstrap, store, name)
+        # Nothing is released here: a cap of a few segments keeps the worker mid-stream
+        # however late the stop arrives.
+        settings = worker_settings(
+            broker.bootstrap,
+            store,
+            name,
+            max_unacked_bytes=8 * 1024 * 1024,
+            resume_unacked_bytes=4 * 1024 * 1024,
+        )
         with WorkerHandle.spawn(settings, store=store) as handle:
             events: list[Event] = []
             for _ in range(3):
