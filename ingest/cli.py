@@ -74,7 +74,7 @@ def _stop_on_signals(engine: Any) -> Iterator[None]:
 
 def _load(args: argparse.Namespace, *, quiet: bool = False) -> Any:
     from ingest.config import load_config, render_config
-    from ingest.supervisor.logs import configure_logging
+    from ingest.logs import configure_logging
 
     config = load_config(args.config)
     if args.print_config:

@@ -38,8 +38,8 @@ from typing import Any, Literal
 from ingest.config import IngestConfig
 from ingest.errors import ConfigError
 from ingest.group import Partition
+from ingest.logs import event
 from ingest.supervisor.batches import BatchThread
-from ingest.supervisor.logs import event
 from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.offsets import end_offsets, topic_partitions, txn_versions
 from ingest.supervisor.progress import Progress

@@ -60,6 +60,7 @@ from ingest.group import (
 )
 from ingest.group.assignors import Assignor
 from ingest.handoff import CorruptRangeReported, HandoffConfig, HandoffStore, SegmentSealed
+from ingest.logs import event
 from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
 from ingest.supervisor.batches import (
     BatchThread,
@@ -69,7 +70,6 @@ from ingest.supervisor.batches import (
     item_next_offset,
     select,
 )
-from ingest.supervisor.logs import event
 from ingest.supervisor.metrics import Metrics, MetricsServer
 from ingest.supervisor.offsets import (
     end_offsets,
@@ -487,6 +487,7 @@ class Engine:
             max_unacked_bytes=int(self.config.worker.max_unacked_bytes),
             resume_unacked_bytes=int(self.config.worker.resume_unacked_bytes),
             log_level=self.config.logging.level.upper(),
+            log_format=self.config.logging.format,
         )
 
     def _spawn(self, state: PartitionState) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from ingest.config import SparkSection
 from ingest.errors import SinkError
+from ingest.supervisor.jvmlog import JvmOutputRelay
 
 __all__ = ["ClassDataArchive", "SparkProvider", "start_session"]
 
@@ -168,30 +169,48 @@ def start_session(
     # Python workers must run this interpreter (pyarrow and ingest are installed here).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(section.master)
-        .appName(section.app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
+    settings: dict[str, str] = {
+        "spark.master": section.master,
+        "spark.app.name": section.app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
         # Spark 4 writes INT96 timestamps by default; Delta readers want micros.
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Imports done once before the daemon forks its workers (see spark_jobs/daemon.py).
-        .config("spark.python.daemon.module", "spark_jobs.daemon")
-    )
+        "spark.python.daemon.module": "spark_jobs.daemon",
+    }
     conf = dict(section.conf)
     ours = [archive.java_options() if archive is not None else "", LIGHT_JIT if light_jit else ""]
     user = conf.get("spark.driver.extraJavaOptions", "")
     options = " ".join(option for option in [*ours, user] if option)
     if options:
         conf["spark.driver.extraJavaOptions"] = options
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    settings.update(conf)
+    if SparkContext._active_spark_context is None and SparkContext._gateway is None:
+        # Our JVM, its output relayed into the log (jvmlog.py); the builder then finds
+        # this context.
+        spark_conf = SparkConf().setAll(list(settings.items()))
+        SparkContext(conf=spark_conf, gateway=_launch_relayed(spark_conf))
+    builder_map: dict[str, bool | float | int | str | None] = dict(settings)
+    session = SparkSession.builder.config(map=builder_map).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def _launch_relayed(conf: Any) -> Any:
+    """The py4j gateway to a new JVM whose stdout and stderr go to the log."""
+    from pyspark.java_gateway import launch_gateway
+
+    relay = JvmOutputRelay()
+    try:
+        popen = {"stdout": relay.write_fd, "stderr": subprocess.STDOUT}
+        return launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+    finally:
+        relay.launched()
 
 
 class SparkProvider:

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from ingest.client.cluster import Cluster
 from ingest.handoff.segment import SegmentWriter
 from ingest.handoff.store import HandoffStore
+from ingest.logs import configure_logging
 from ingest.protocol import _records
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.loop import ControlInbox, PartitionWorker
@@ -121,13 +122,11 @@ class _Child:
 
 
 def _configure_logging(settings: WorkerSettings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        stream=sys.stderr,
-        format=(
-            f"%(asctime)s worker {settings.topic}/{settings.partition} "
-            "%(name)s %(levelname)s %(message)s"
-        ),
+    configure_logging(
+        settings.log_format,
+        settings.log_level.lower(),
+        sys.stderr,
+        context={"topic": settings.topic, "partition": settings.partition, "pid": os.getpid()},
     )
 
 

@@ -161,8 +161,11 @@ class WorkerSettings:
     # part of a worker's resident memory, traded against page faults.
     decode_buffer_cache_bytes: int | None = None
     log_level: str = "INFO"
+    log_format: Literal["kv", "json"] = "kv"  # as the supervisor's: one stream, one format
 
     def __post_init__(self) -> None:
+        if self.log_format not in ("kv", "json"):
+            raise ConfigError(f"must be kv or json, got {self.log_format!r}", key="log_format")
         if self.partition < 0:
             raise ConfigError(f"must be >= 0, got {self.partition}", key="partition")
         if not 0 < self.resume_unacked_bytes <= self.max_unacked_bytes:

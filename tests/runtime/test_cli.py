@@ -208,3 +208,36 @@ def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
     assert "event=batch_committed" not in cli.text()
     produce_range(broker, topic, 100_000, 1000)
     finish_until_end(path, spark, 101_000)
+
+
+def test_a_json_log_is_json_throughout_workers_and_spark_included(
+    broker: Broker, topic: str, group: str, tmp_path: Path
+) -> None:
+    """The supervisor's stderr carries its own lines, its workers' and its Spark JVM's
+    (log4j's and the JVM's own words): with format = "json" each is one JSON object."""
+    path = topic_and_config(
+        broker, topic, group, tmp_path, 2000, sections={"logging": {"format": "json"}}
+    )
+    cli = Cli(["run", "-c", str(path), "--until-end"], tmp_path / "run.log")
+    try:
+        assert cli.wait(180) == 0, cli.text()[-3000:]
+    finally:
+        cli.kill()
+    records = []
+    for line in cli.text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"not a JSON line: {line!r}") from None
+    assert all({"ts", "level", "logger"} <= record.keys() for record in records)
+    # The workers' own lines carry their partition and pid (the supervisor logs under
+    # ingest.worker too, when it uses the worker's modules).
+    workers = [
+        r for r in records if r["logger"].startswith("ingest.") and "pid" in r and "msg" in r
+    ]
+    assert {r["partition"] for r in workers} == set(range(PARTITIONS))
+    assert all(r["topic"] == topic and r["pid"] > 0 for r in workers)
+    # The JVM's lines, e.g. "Using Spark's default log4j profile: ..." before log4j starts.
+    assert [r for r in records if r["logger"].startswith("spark.")], records[:20]
+    assert [r for r in records if r.get("event") == "batch_committed"]
+    assert_exact(tmp_path / "table", dict.fromkeys(range(PARTITIONS), 2000))

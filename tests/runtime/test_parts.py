@@ -19,8 +19,8 @@ import pytest
 from ingest.errors import ConfigError
 from ingest.group import Partition
 from ingest.handoff import CorruptRangeReported, SegmentSealed
+from ingest.logs import JsonFormatter, KeyValueFormatter, event
 from ingest.supervisor.batches import PendingItems, item_next_offset, select
-from ingest.supervisor.logs import JsonFormatter, KeyValueFormatter, event
 from ingest.supervisor.metrics import Metrics, MetricsServer
 from ingest.supervisor.progress import Progress
 from ingest.supervisor.replay import Position, parse_partitions, parse_position
@@ -119,6 +119,16 @@ def test_an_event_is_one_key_value_line_or_one_json_object() -> None:
     document = json.loads(JsonFormatter().format(record))
     assert document["event"] == "batch_committed" and document["offsets"] == {"t-0": 5}
     assert document["level"] == "info" and document["logger"] == "test.structured"
+
+
+def test_a_process_context_goes_on_every_line_after_the_logger() -> None:
+    record = _record("worker_line", rows=1)
+    context = {"topic": "t", "partition": 3, "pid": 77}
+    line = KeyValueFormatter(context).format(record)
+    assert " logger=test.structured topic=t partition=3 pid=77 event=worker_line rows=1" in line
+    document = json.loads(JsonFormatter(context).format(record))
+    assert list(document)[2:6] == ["logger", "topic", "partition", "pid"]
+    assert document["partition"] == 3 and document["pid"] == 77
 
 
 def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:

@@ -2,8 +2,10 @@
 
 Code logs events with ``event(logger, "batch_committed", rows=..., version=...)``;
 the formatter writes ``ts=... level=info logger=... event=batch_committed rows=12
-version=3`` (kv) or the same fields as JSON. Plain log calls from other layers go
-through the same formatter, their text in ``msg``.
+version=3`` (kv) or the same fields as JSON. Plain log calls go through the same
+formatter, their text in ``msg``. A process can add fields to all its lines (a
+worker: its topic, partition and pid), so the supervisor's stderr, which its
+workers and its Spark JVM share, is one stream in one format.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ def event(logger: logging.Logger, name: str, *, level: int = logging.INFO, **fie
         logger.log(level, text, extra={_FIELDS: {"event": name, **fields}})
 
 
-def _fields(record: logging.LogRecord) -> dict[str, Any]:
+def _fields(record: logging.LogRecord, context: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
         "level": record.levelname.lower(),
         "logger": record.name,
+        **context,
     }
     extra: Mapping[str, Any] | None = getattr(record, _FIELDS, None)
     if extra is not None:
@@ -52,19 +55,36 @@ def _kv(value: Any) -> str:
 
 
 class KeyValueFormatter(logging.Formatter):
+    def __init__(self, context: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.context = dict(context or {})
+
     def format(self, record: logging.LogRecord) -> str:
-        return " ".join(f"{key}={_kv(value)}" for key, value in _fields(record).items())
+        fields = _fields(record, self.context)
+        return " ".join(f"{key}={_kv(value)}" for key, value in fields.items())
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, context: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.context = dict(context or {})
+
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(_fields(record), default=str)
+        return json.dumps(_fields(record, self.context), default=str)
 
 
-def configure_logging(fmt: str, level: str, stream: TextIO | None = None) -> None:
-    """Routes the root logger to ``stream`` (stderr) with the chosen format."""
+def configure_logging(
+    fmt: str,
+    level: str,
+    stream: TextIO | None = None,
+    *,
+    context: Mapping[str, Any] | None = None,
+) -> None:
+    """Routes the root logger to ``stream`` (stderr) with the chosen format; ``context``
+    fields go on every line, after ts, level and logger."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
+    formatter = JsonFormatter(context) if fmt == "json" else KeyValueFormatter(context)
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

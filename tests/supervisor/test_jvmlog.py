@@ -1,0 +1,108 @@
+"""The Spark JVM's output into the log: lines joined into records, levels from log4j."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from ingest.supervisor.jvmlog import JvmLineAssembler, JvmOutputRelay, JvmRecord
+
+
+def assemble(lines: list[str]) -> list[JvmRecord]:
+    assembler = JvmLineAssembler()
+    records = [r for line in lines for r in assembler.feed(line)]
+    return records + assembler.flush()
+
+
+def test_a_log4j_line_gives_its_level_and_logger() -> None:
+    assert assemble(["26/11/22 02:49:15 WARN Utils: Your hostname resolves to 127.0.0.1\n"]) == [
+        JvmRecord(logging.WARNING, "Utils", "Your hostname resolves to 127.0.0.1")
+    ]
+
+
+def test_a_stack_trace_stays_with_its_header_until_the_next_header() -> None:
+    records = assemble(
+        [
+            "26/11/22 02:58:03 ERROR Executor: Exception in task 0.0 in stage 3.0 (TID 3)",
+            "org.apache.spark.SparkRuntimeException: boom",
+            "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.raiseError(X.scala:3082)",
+            "26/11/22 02:58:03 WARN TaskSetManager: Lost task 0.0 in stage 3.0 (TID 3)",
+        ]
+    )
+    assert records == [
+        JvmRecord(
+            logging.ERROR,
+            "Executor",
+            "Exception in task 0.0 in stage 3.0 (TID 3)\n"
+            "org.apache.spark.SparkRuntimeException: boom\n"
+            "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.raiseError(X.scala:3082)",
+        ),
+        JvmRecord(logging.WARNING, "TaskSetManager", "Lost task 0.0 in stage 3.0 (TID 3)"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "level"),
+    [
+        ("WARNING: Using incubator modules: jdk.incubator.vector", logging.WARNING),
+        ("Traceback (most recent call last):", logging.ERROR),
+        ('Exception in thread "main" java.lang.OutOfMemoryError', logging.ERROR),
+        ("Using Spark's default log4j profile", logging.INFO),
+    ],
+)
+def test_lines_without_a_header_are_the_jvms_at_the_level_their_words_say(
+    first: str, level: int
+) -> None:
+    assert assemble([first, "  more"]) == [JvmRecord(level, "jvm", f"{first}\n  more")]
+
+
+def test_blank_lines_alone_make_no_record() -> None:
+    assert assemble(["", "\n", "   "]) == []
+
+
+def test_every_log4j_level_maps_to_a_logging_level() -> None:
+    levels = {
+        name: assemble([f"26/11/22 02:49:15 {name} X: m"])[0].level
+        for name in ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
+    }
+    assert levels == {
+        "TRACE": logging.DEBUG,
+        "DEBUG": logging.DEBUG,
+        "INFO": logging.INFO,
+        "WARN": logging.WARNING,
+        "ERROR": logging.ERROR,
+        "FATAL": logging.CRITICAL,
+    }
+
+
+def test_the_relay_logs_a_real_processs_output_and_ends_with_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    script = (
+        "import sys, time\n"
+        "print('26/11/22 02:49:15 WARN Utils: on stdout', flush=True)\n"
+        "sys.stderr.write('26/11/22 02:49:15 ERROR Executor: failed\\n\\tat X.y(X.java:1)\\n')\n"
+        "sys.stderr.flush(); time.sleep(0.3)\n"  # quiet: the record is complete
+        "sys.stderr.write('no newline at the end')\n"
+    )
+    caplog.set_level(logging.DEBUG, logger="spark")
+    relay = JvmOutputRelay()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=relay.write_fd, stderr=subprocess.STDOUT
+        )
+    finally:
+        relay.launched()
+    assert child.wait(30) == 0
+    assert relay.join(10)  # the pipe's write end died with the child
+    got = [
+        (r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("spark")
+    ]
+    assert got == [
+        ("spark.Utils", logging.WARNING, "on stdout"),
+        ("spark.Executor", logging.ERROR, "failed\n\tat X.y(X.java:1)"),
+        ("spark.jvm", logging.INFO, "no newline at the end"),
+    ]

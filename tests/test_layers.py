@@ -1,0 +1,100 @@
+"""Lower layers never import higher ones (DESIGN.md's file map), and the pure layers
+touch no socket, thread or clock. Every import counts, those inside functions too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What each part of the package may import from the others; everything else is a
+# higher layer. Shared modules at the top (errors, faults, logs) import no part.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "faults": set(),
+    "logs": set(),
+    "protocol": {"errors"},
+    "client": {"errors", "protocol"},
+    "group": {"errors", "protocol"},
+    "handoff": {"errors", "protocol"},
+    "config": {"errors", "client"},
+    "worker": {"errors", "logs", "protocol", "client", "handoff"},
+    "sink": {"errors", "protocol", "handoff"},
+    "spark_jobs": {"errors", "faults", "protocol", "handoff", "sink"},
+    "testing": {"errors", "faults", "config", "protocol", "client"},
+    "supervisor": {
+        "errors",
+        "faults",
+        "logs",
+        "protocol",
+        "client",
+        "group",
+        "handoff",
+        "config",
+        "worker",
+        "sink",
+        "spark_jobs",
+    },
+    "cli": {"errors", "logs", "config", "client", "supervisor", "testing"},
+}
+# Pure: bytes and responses in, messages and requests out; time comes as an argument.
+PURE = {"protocol", "group"}
+IMPURE_MODULES = {"socket", "ssl", "select", "selectors", "threading", "asyncio", "time"}
+IMPURE_MODULES |= {"subprocess", "multiprocessing", "datetime"}
+
+
+def part_of(path: Path) -> str:
+    relative = path.relative_to(ROOT).with_suffix("").parts
+    if relative[0] == "spark_jobs":
+        return "spark_jobs"
+    return relative[1]  # ingest/<part>/... or ingest/<module>.py
+
+
+def imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def sources() -> list[Path]:
+    return sorted([*(ROOT / "ingest").rglob("*.py"), *(ROOT / "spark_jobs").rglob("*.py")])
+
+
+def test_every_part_is_in_the_table() -> None:
+    parts = {part_of(path) for path in sources()} - {"__init__", "__main__"}
+    assert parts <= ALLOWED.keys(), sorted(parts - ALLOWED.keys())
+
+
+def test_no_part_imports_a_higher_one() -> None:
+    wrong = []
+    for path in sources():
+        source = part_of(path)
+        if source not in ALLOWED:
+            continue
+        for module in imports(path):
+            names = module.split(".")
+            if names[0] == "ingest" and len(names) > 1:
+                target = names[1]
+            elif names[0] == "spark_jobs":
+                target = "spark_jobs"
+            else:
+                continue
+            if target != source and target not in ALLOWED[source]:
+                wrong.append(f"{path.relative_to(ROOT)}: {source} imports {module}")
+    assert wrong == []
+
+
+def test_the_pure_layers_use_no_socket_thread_or_clock() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in sources()
+        if part_of(path) in PURE
+        for module in imports(path)
+        if module.split(".")[0] in IMPURE_MODULES
+    ]
+    assert wrong == []
