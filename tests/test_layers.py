@@ -52,12 +52,17 @@ def part_of(path: Path) -> str:
 
 
 def imports(path: Path) -> set[str]:
+    package = list(path.relative_to(ROOT).parent.parts)
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            if module in ("ingest", "spark_jobs"):  # from ingest import worker
+                found |= {f"{module}.{alias.name}" for alias in node.names}
     return found
 
 
