@@ -108,6 +108,9 @@ def _check_bootstrap(config: Any) -> None:
 
 def _finish(outcome: Any) -> int:
     if outcome.exit_code:
+        from ingest.supervisor.sparksession import drain_jvm_output
+
+        drain_jvm_output()  # the JVM's last lines may explain the failure: log them first
         print(f"ingest: {outcome.message}", file=sys.stderr, flush=True)
     if outcome.batch_running:
         # A Spark job still runs on its thread and would hold the interpreter's exit.

@@ -20,7 +20,12 @@ from typing import Any, TextIO
 __all__ = ["JsonFormatter", "KeyValueFormatter", "configure_logging", "event"]
 
 _FIELDS = "ingest_fields"
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def event(logger: logging.Logger, name: str, *, level: int = logging.INFO, **fields: Any) -> None:

@@ -1,19 +1,25 @@
-"""Progress of a bounded run: a bar on a terminal, plain lines elsewhere.
+"""Progress of a bounded run: a bar on a terminal, log events elsewhere.
 
 On a TTY one line is redrawn (``\\r``) at most a few times a second:
 ``[#########...........]  412,000/1,000,000 records  95.3k/s  ETA 0:06``.
-Elsewhere (logs, pipes) a plain line is written every ``every`` seconds and
-at the end: ``progress: 412000/1000000 records (41.2%), 95300 records/s, ETA 6s``.
+Elsewhere (logs, pipes) a ``progress`` event is logged every ``every`` seconds
+and at the end, in the log's format: ``event=progress label=replay done=412000
+total=1000000 percent=41.2 records_per_s=95300 eta_s=6``.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable
 from typing import TextIO
 
+from ingest.logs import event
+
 __all__ = ["Progress"]
+
+log = logging.getLogger("ingest.supervisor.progress")
 
 _BAR = 30
 _TTY_EVERY = 0.2
@@ -64,11 +70,24 @@ class Progress:
         if not final and now - self._shown_at < (_TTY_EVERY if self.tty else self.every):
             return
         self._shown_at = now
-        self.stream.write(self.render(now) if self.tty else self.line(now) + "\n")
-        if self.tty and final:
+        self.lines += 1
+        if not self.tty:
+            fraction, rate, eta = self._numbers(now)
+            event(
+                log,
+                "progress",
+                label=self.label,
+                done=self.done,
+                total=self.total,
+                percent=round(fraction * 100, 1),
+                records_per_s=round(rate),
+                eta_s=None if eta is None else round(eta),
+            )
+            return
+        self.stream.write(self.render(now))
+        if final:
             self.stream.write("\n")
         self.stream.flush()
-        self.lines += 1
 
     def _numbers(self, now: float) -> tuple[float, float, float | None]:
         elapsed = max(now - self._started, 1e-9)
@@ -86,12 +105,4 @@ class Progress:
         return (
             f"\r{self.label} [{bar}] {self.done:,}/{self.total:,} records  "
             f"{_rate(rate)}/s  ETA {shown_eta}"
-        )
-
-    def line(self, now: float | None = None) -> str:
-        fraction, rate, eta = self._numbers(self._clock() if now is None else now)
-        shown_eta = "unknown" if eta is None else f"{eta:.0f}s"
-        return (
-            f"{self.label}: {self.done}/{self.total} records ({fraction * 100:.1f}%), "
-            f"{rate:.0f} records/s, ETA {shown_eta}"
         )

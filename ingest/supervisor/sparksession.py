@@ -34,7 +34,7 @@ from ingest.config import SparkSection
 from ingest.errors import SinkError
 from ingest.supervisor.jvmlog import JvmOutputRelay
 
-__all__ = ["ClassDataArchive", "SparkProvider", "start_session"]
+__all__ = ["ClassDataArchive", "SparkProvider", "drain_jvm_output", "start_session"]
 
 log = logging.getLogger("ingest.supervisor.spark")
 
@@ -43,6 +43,8 @@ log = logging.getLogger("ingest.supervisor.spark")
 ARCHIVE_DUMP_TIMEOUT = 120.0
 # A temporary archive older than this whose run is gone was left by a killed run.
 STALE_RECORDING_SECONDS = 600.0
+# How long an exit waits for the JVM's last lines to reach the log.
+JVM_OUTPUT_WAIT = 1.0
 
 
 class ClassDataArchive:
@@ -99,6 +101,8 @@ class ClassDataArchive:
         # The gateway is gone: a later session in this process must start a new one.
         SparkContext._gateway = None
         SparkContext._jvm = None
+        if _relay is not None:
+            _relay.join(JVM_OUTPUT_WAIT)
         if code == 0 and recording.is_file() and recording.stat().st_size > 0:
             os.replace(recording, self.path)
             log.info(
@@ -190,27 +194,47 @@ def start_session(
     if options:
         conf["spark.driver.extraJavaOptions"] = options
     settings.update(conf)
-    if SparkContext._active_spark_context is None and SparkContext._gateway is None:
-        # Our JVM, its output relayed into the log (jvmlog.py); the builder then finds
-        # this context.
-        spark_conf = SparkConf().setAll(list(settings.items()))
-        SparkContext(conf=spark_conf, gateway=_launch_relayed(spark_conf))
+    with SparkContext._lock:  # as the builder's own check-then-start
+        if SparkContext._active_spark_context is None and SparkContext._gateway is None:
+            # Our JVM, its output relayed into the log (jvmlog.py); the builder then
+            # finds this context.
+            spark_conf = SparkConf().setAll(list(settings.items()))
+            SparkContext(conf=spark_conf, gateway=_launch_relayed(spark_conf))
     builder_map: dict[str, bool | float | int | str | None] = dict(settings)
     session = SparkSession.builder.config(map=builder_map).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
 
 
+# The relay of this process's JVM (one JVM per process at a time).
+_relay: JvmOutputRelay | None = None
+
+
 def _launch_relayed(conf: Any) -> Any:
     """The py4j gateway to a new JVM whose stdout and stderr go to the log."""
+    global _relay
     from pyspark.java_gateway import launch_gateway
 
-    relay = JvmOutputRelay()
+    relay = _relay = JvmOutputRelay()
     try:
         popen = {"stdout": relay.write_fd, "stderr": subprocess.STDOUT}
         return launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        relay.launched()
+        relay.join(JVM_OUTPUT_WAIT)  # the JVM has exited: its last words, logged and kept
+        said = "\n".join(relay.recent) or "(nothing)"
+        raise SinkError(
+            f"the Spark JVM did not start: {exc}; its output ended with:\n{said}"
+        ) from exc
     finally:
         relay.launched()
+
+
+def drain_jvm_output(timeout: float = JVM_OUTPUT_WAIT) -> None:
+    """Waits until what this process's JVM wrote so far is logged: before an exit that
+    skips the interpreter's shutdown."""
+    if _relay is not None:
+        _relay.drain(timeout)
 
 
 class SparkProvider:

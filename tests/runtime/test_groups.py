@@ -41,7 +41,7 @@ def produce_round(broker: Broker, topic: str, partitions: range, start: int, cou
     )
 
 
-def test_a_second_supervisor_joins_is_killed_mid_batch_and_the_first_takes_over(
+def test_a_second_supervisor_joins_dies_before_committing_offsets_and_the_first_takes_over(
     broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     partitions = range(8)

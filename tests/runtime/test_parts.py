@@ -166,7 +166,9 @@ def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
     assert status == {"partitions": [{"partition": 0}]}
 
 
-def test_progress_draws_a_bar_on_a_terminal_and_lines_elsewhere() -> None:
+def test_progress_draws_a_bar_on_a_terminal_and_logs_events_elsewhere(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     now = [0.0]
     tty = io.StringIO()
     bar = Progress("replay", stream=tty, tty=True, clock=lambda: now[0])
@@ -176,15 +178,17 @@ def test_progress_draws_a_bar_on_a_terminal_and_lines_elsewhere() -> None:
     assert "250/1,000 records" in tty.getvalue() and "25/s" in tty.getvalue()
     assert "ETA 0:30" in tty.getvalue()
     plain = io.StringIO()
+    caplog.set_level(logging.INFO, logger="ingest.supervisor.progress")
     lines = Progress("replay", stream=plain, tty=False, every=5.0, clock=lambda: now[0])
     now[0] = 11.0
     lines.update(10, 100)
     now[0] = 12.0
     lines.update(20, 100)  # within 5 s: not shown
     lines.update(100, 100, final=True)
-    shown = plain.getvalue().splitlines()
+    assert plain.getvalue() == ""  # in the log, in its format
+    shown = [r.getMessage() for r in caplog.records if r.name == "ingest.supervisor.progress"]
     assert len(shown) == 2
-    assert shown[-1].startswith("replay: 100/100 records (100.0%)")
+    assert shown[-1].startswith("progress label=replay done=100 total=100 percent=100.0 ")
 
 
 def test_positions_and_partitions_parse() -> None:

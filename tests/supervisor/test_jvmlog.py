@@ -59,6 +59,39 @@ def test_lines_without_a_header_are_the_jvms_at_the_level_their_words_say(
     assert assemble([first, "  more"]) == [JvmRecord(level, "jvm", f"{first}\n  more")]
 
 
+def test_a_jvm_that_cannot_start_says_so_in_errors_each_its_own_record() -> None:
+    records = assemble(
+        [
+            "Unrecognized VM option 'NoSuchOption'",
+            "Error: Could not create the Java Virtual Machine.",
+            "Error: A fatal exception has occurred. Program will exit.",
+        ]
+    )
+    assert [(r.level, r.source) for r in records] == [(logging.ERROR, "jvm")] * 3
+
+
+def test_a_python_traceback_after_a_log4j_line_is_a_record_of_its_own() -> None:
+    records = assemble(
+        [
+            "26/11/22 02:58:03 WARN TaskSetManager: Lost task 0.0",
+            "Traceback (most recent call last):",
+            '  File "x.py", line 1, in <module>',
+            "ValueError: boom",
+            "next line",
+        ]
+    )
+    assert records == [
+        JvmRecord(logging.WARNING, "TaskSetManager", "Lost task 0.0"),
+        JvmRecord(
+            logging.ERROR,
+            "jvm",
+            'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+            "ValueError: boom",
+        ),
+        JvmRecord(logging.INFO, "jvm", "next line"),
+    ]
+
+
 def test_blank_lines_alone_make_no_record() -> None:
     assert assemble(["", "\n", "   "]) == []
 
@@ -106,3 +139,23 @@ def test_the_relay_logs_a_real_processs_output_and_ends_with_it(
         ("spark.Executor", logging.ERROR, "failed\n\tat X.y(X.java:1)"),
         ("spark.jvm", logging.INFO, "no newline at the end"),
     ]
+
+
+def test_a_jvm_that_does_not_start_is_an_error_that_quotes_its_output() -> None:
+    """In a process of its own: this one may already hold a Spark session."""
+    script = (
+        "from ingest.config import SparkSection\n"
+        "from ingest.errors import SinkError\n"
+        "from ingest.supervisor.sparksession import start_session\n"
+        "bad = {'spark.driver.extraJavaOptions': '-XX:MaxHeapFreeRatio=notanumber'}\n"
+        "try:\n"
+        "    start_session(SparkSection(master='local[1]', conf=bad))\n"
+        "except SinkError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the Spark JVM did not start" in done.stdout
+    assert "MaxHeapFreeRatio=notanumber" in done.stdout  # the JVM's own words, quoted
