@@ -11,7 +11,8 @@ A stack trace stays with the line it explains: indented lines, ``Caused by:``,
 ``... n more``, a Java exception's first line (``java.lang.X: ...``) and the last
 line of a Python traceback join the record before them. Any other line starts a
 record; without a log4j header its own words give its level (``Error: ...``,
-``WARNING: ...``, ``Traceback ...``).
+``WARNING: ...``, ``Traceback ...``). A few warnings every local JVM gives (no
+native Hadoop library, a loopback hostname) are logged at info.
 
 ``JvmLineAssembler`` is the pure part: lines in, records out.
 """
@@ -65,6 +66,16 @@ _BARE_LEVELS = (
 )
 
 
+# Warnings every local JVM gives and nobody acts on: logged at info, so that a warning
+# in the log means something to do.
+_ROUTINE_WARNINGS = (
+    "WARNING: Using incubator modules",
+    "Unable to load native-hadoop library",
+    "Your hostname, ",  # "... resolves to a loopback address: ...; using ... instead"
+    "Set SPARK_LOCAL_IP if you need to bind to another address",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class JvmRecord:
     level: int
@@ -114,9 +125,12 @@ class JvmLineAssembler:
     def flush(self) -> list[JvmRecord]:
         if not self._lines:
             return []
-        record = JvmRecord(self._level, self._source, "\n".join(self._lines).rstrip())
+        text = "\n".join(self._lines).rstrip()
+        level = self._level
+        if level == logging.WARNING and text.startswith(_ROUTINE_WARNINGS):
+            level = logging.INFO
         self._lines = []
-        return [record]
+        return [JvmRecord(level, self._source, text)]
 
 
 class JvmOutputRelay:

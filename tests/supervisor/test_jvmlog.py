@@ -47,7 +47,7 @@ def test_a_stack_trace_stays_with_its_header_until_the_next_header() -> None:
 @pytest.mark.parametrize(
     ("first", "level"),
     [
-        ("WARNING: Using incubator modules: jdk.incubator.vector", logging.WARNING),
+        ("WARNING: An illegal reflective access operation has occurred", logging.WARNING),
         ("Traceback (most recent call last):", logging.ERROR),
         ('Exception in thread "main" java.lang.OutOfMemoryError', logging.ERROR),
         ("Using Spark's default log4j profile", logging.INFO),
@@ -90,6 +90,17 @@ def test_a_python_traceback_after_a_log4j_line_is_a_record_of_its_own() -> None:
         ),
         JvmRecord(logging.INFO, "jvm", "next line"),
     ]
+
+
+def test_warnings_every_local_jvm_gives_are_info() -> None:
+    records = assemble(
+        [
+            "WARNING: Using incubator modules: jdk.incubator.vector",
+            "26/11/22 02:49:16 WARN NativeCodeLoader: Unable to load native-hadoop library for",
+            "26/11/22 02:49:16 WARN MemoryStore: Not enough space to cache rdd_1_0 in memory!",
+        ]
+    )
+    assert [r.level for r in records] == [logging.INFO, logging.INFO, logging.WARNING]
 
 
 def test_blank_lines_alone_make_no_record() -> None:
