@@ -58,10 +58,15 @@ class ControlInbox:
         self._queue: deque[Control] = deque()
         self._wake = threading.Event()
         self.stop_now = threading.Event()
+        # The parent's latest word, seen before the loop takes it: a Fetch answer that
+        # arrives meanwhile is not followed by another (the global cap's overshoot).
+        self.pause_requested = False
 
     def put(self, control: Control) -> None:
         if isinstance(control, StopNow):
             self.stop_now.set()
+        elif isinstance(control, Pause | Resume):
+            self.pause_requested = isinstance(control, Pause)
         self._queue.append(control)
         self._wake.set()
 
@@ -183,7 +188,9 @@ class PartitionWorker:
             self._take(self.fetcher.poll(prefetch=self._may_prefetch))
 
     def _may_prefetch(self, result: FetchResult) -> bool:
-        if self.paused_by_parent or self._stop_after_seal or self.inbox.stop_now.is_set():
+        if self.paused_by_parent or self.inbox.pause_requested:
+            return False
+        if self._stop_after_seal or self.inbox.stop_now.is_set():
             return False
         incoming = result.batch.nbytes if result.batch is not None else 0
         return self.unacked_bytes + incoming < self.max_unacked_bytes

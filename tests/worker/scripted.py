@@ -140,6 +140,8 @@ class ScriptedLeader:
         self.drop_connection_on_fetch: list[int] = []  # fetch numbers (1-based) to drop
         self.latest_answer: Callable[[int], int] | None = None  # broken ListOffsets LATEST
         self.timestamp_answer: Callable[[int], int] | None = None  # broken ListOffsets(T)
+        # Fetch number (1-based) -> an Event its answer waits for (a Fetch held in flight).
+        self.hold_answer: dict[int, threading.Event] = {}
         # Where Metadata says the leader is (for leader moves): (node_id, port).
         self.leader: tuple[int, int] | None = None
         self.other_brokers: list[tuple[int, int]] = []
@@ -270,6 +272,9 @@ class ScriptedLeader:
                     answer_partition is not None,
                 )
             )
+        held = self.hold_answer.get(number)
+        if held is not None:
+            held.wait(10)
         if answer_partition is None or answer_partition.records == b"":
             time.sleep(min(request.max_wait_ms, 20) / 1000)  # a long poll with nothing new
         return FetchResponse(

@@ -222,6 +222,30 @@ def test_pause_stops_fetching_until_resume(store: HandoffStore) -> None:
     assert read_all(store, segments).column("offset").to_pylist() == list(range(20))
 
 
+def test_a_pause_that_comes_while_a_fetch_is_in_flight_stops_the_next_one(
+    store: HandoffStore,
+) -> None:
+    """The answer in flight is taken in, but no Fetch follows it: the parent's pause is
+    heard before the loop gets back to its inbox (the global cap's overshoot)."""
+    with ScriptedLeader() as leader:
+        leader.log.append(values(10))
+        running = Running(leader, store, max_wait_ms=10)
+        wait_for_records(running, 10)
+        held = leader.hold_answer[len(leader.fetches) + 2] = threading.Event()
+        deadline = time.monotonic() + 5
+        while len(leader.fetches) < max(leader.hold_answer):
+            assert time.monotonic() < deadline, "the held Fetch never came"
+            time.sleep(0.005)
+        running.inbox.put(Pause())  # the loop is inside poll(), waiting on the held answer
+        in_flight = len(leader.fetches)
+        held.set()
+        running.wait_idle()
+        assert len(leader.fetches) == in_flight
+        running.inbox.put(StopNow())
+        running.until(WorkerFinished)
+        running.join()
+
+
 def wait_for_records(running: Running, count: int) -> None:
     deadline = time.monotonic() + 5
     while running.worker.records < count:
