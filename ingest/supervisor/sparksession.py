@@ -43,6 +43,8 @@ log = logging.getLogger("ingest.supervisor.spark")
 ARCHIVE_DUMP_TIMEOUT = 120.0
 # A temporary archive older than this whose run is gone was left by a killed run.
 STALE_RECORDING_SECONDS = 600.0
+# An archive no run has mapped for this long is removed when another is recorded.
+UNUSED_ARCHIVE_DAYS = 30
 # How long an exit waits for the JVM's last lines to reach the log.
 JVM_OUTPUT_WAIT = 1.0
 
@@ -69,6 +71,8 @@ class ClassDataArchive:
     def java_options(self) -> str:
         """The option for the next JVM: map the archive, or record one."""
         if self.path.is_file():
+            with contextlib.suppress(OSError):
+                os.utime(self.path)  # in use: not pruned
             return f"-XX:SharedArchiveFile={self.path}"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,6 +80,7 @@ class ClassDataArchive:
             log.debug("no class-data archive: %s", exc)
             return ""
         self._remove_stale_recordings()
+        self._remove_unused_archives()
         self.recording = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         return f"-XX:ArchiveClassesAtExit={self.recording}"
 
@@ -114,6 +119,20 @@ class ClassDataArchive:
         else:
             with contextlib.suppress(OSError):
                 recording.unlink()
+
+    def _remove_unused_archives(self) -> None:
+        """Archives of other venvs, pyspark versions or confs that no run mapped for
+        UNUSED_ARCHIVE_DAYS (~120 MB each; a new venv path means a new archive)."""
+        too_old = time.time() - UNUSED_ARCHIVE_DAYS * 86400
+        for other in self.path.parent.glob("spark-*.jsa"):
+            with contextlib.suppress(OSError):
+                if other != self.path and other.stat().st_mtime < too_old:
+                    other.unlink()
+                    log.info(
+                        "removed class-data archive %s, unused for %d days",
+                        other,
+                        UNUSED_ARCHIVE_DAYS,
+                    )
 
     def _remove_stale_recordings(self) -> None:
         now = time.time()

@@ -15,6 +15,7 @@ from ingest.config import SparkSection
 from ingest.supervisor.sparksession import (
     LIGHT_JIT,
     STALE_RECORDING_SECONDS,
+    UNUSED_ARCHIVE_DAYS,
     ClassDataArchive,
 )
 
@@ -65,6 +66,26 @@ def test_leftovers_of_dead_runs_are_removed_and_live_ones_kept(tmp_path: Path) -
     ClassDataArchive(path).java_options()
     assert not stale.exists()
     assert recent.exists() and live.exists()
+
+
+def test_archives_unused_for_a_month_go_when_another_is_recorded(tmp_path: Path) -> None:
+    month_ago = time.time() - (UNUSED_ARCHIVE_DAYS + 1) * 86400
+    unused, recent = tmp_path / "spark-unused.jsa", tmp_path / "spark-recent.jsa"
+    for archive in (unused, recent):
+        archive.write_bytes(b"archive")
+    os.utime(unused, (month_ago, month_ago))
+    # Mapping an archive marks it used.
+    in_use = ClassDataArchive(recent)
+    os.utime(recent, (month_ago, month_ago))
+    assert in_use.java_options() == f"-XX:SharedArchiveFile={recent}"
+    assert recent.stat().st_mtime > month_ago + 86400
+    # Recording a new one prunes the unused.
+    assert (
+        ClassDataArchive(tmp_path / "spark-new.jsa")
+        .java_options()
+        .startswith("-XX:ArchiveClassesAtExit=")
+    )
+    assert not unused.exists() and recent.exists()
 
 
 PROBE = """
