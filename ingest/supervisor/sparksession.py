@@ -32,6 +32,7 @@ from typing import Any
 
 from ingest.config import SparkSection
 from ingest.errors import SinkError
+from ingest.processes import pid_alive
 from ingest.supervisor.jvmlog import JvmOutputRelay
 
 __all__ = ["ClassDataArchive", "SparkProvider", "drain_jvm_output", "start_session"]
@@ -139,19 +140,9 @@ class ClassDataArchive:
         for leftover in self.path.parent.glob(f"{self.path.name}.*.tmp"):
             pid = leftover.suffixes[-2].lstrip(".") if len(leftover.suffixes) >= 2 else ""
             with contextlib.suppress(OSError, ValueError):
-                if _alive(int(pid)) or now - leftover.stat().st_mtime < STALE_RECORDING_SECONDS:
+                if pid_alive(int(pid)) or now - leftover.stat().st_mtime < STALE_RECORDING_SECONDS:
                     continue
                 leftover.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _cache_root() -> Path:

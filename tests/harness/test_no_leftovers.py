@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.testing._process import pid_alive
+from ingest.processes import pid_alive
 
 INNER_TEST = textwrap.dedent("""
     from ingest.testing import Broker, create_topic

@@ -81,6 +81,24 @@ def finish_until_end(path: Path, spark: Any, ends: int) -> None:
     assert group_offsets(cfg, partitions) == dict.fromkeys(partitions, ends)
 
 
+def run_with_first_batch_held(path: Path, log: Path, *, seconds: float) -> Cli:
+    """``ingest run`` whose first batch waits ``seconds`` between writing its files and
+    its Delta commit; returned once it is held there."""
+    cli = Cli(
+        ["run", "-c", str(path)], log, env=fault_point_env("before_delta_commit", 1, stall=seconds)
+    )
+    try:
+        wait_until(
+            lambda: "fault point before_delta_commit #1: stall" in cli.text(),
+            120,
+            "the first batch held before its commit",
+        )
+    except BaseException:
+        cli.kill()
+        raise
+    return cli
+
+
 def test_continuous_run_lands_new_data_and_a_sigterm_stops_it_cleanly(
     broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
@@ -154,14 +172,8 @@ def test_a_sigterm_mid_batch_lets_the_batch_finish_then_commits_and_leaves(
     path = topic_and_config(broker, topic, group, tmp_path, 20_000)
     # The first batch waits 8 s between writing its files and its Delta commit: the
     # signal lands while it is in flight, whatever the machine's speed.
-    stall = fault_point_env("before_delta_commit", 1, stall=8)
-    cli = Cli(["run", "-c", str(path)], tmp_path / "run.log", env=stall)
+    cli = run_with_first_batch_held(path, tmp_path / "run.log", seconds=8)
     try:
-        wait_until(
-            lambda: "fault point before_delta_commit #1: stall" in cli.text(),
-            120,
-            "the first batch held before its commit",
-        )
         cli.signal(signal.SIGTERM)
         assert cli.wait(90) == 0, cli.text()[-3000:]
     finally:
@@ -186,14 +198,8 @@ def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
     path = topic_and_config(broker, topic, group, tmp_path, 100_000)
     # The first batch is held before its Delta commit far longer than the test takes, so
     # the graceful stop has a batch to wait for when the second signal comes.
-    stall = fault_point_env("before_delta_commit", 1, stall=60)
-    cli = Cli(["run", "-c", str(path)], tmp_path / "run.log", env=stall)
+    cli = run_with_first_batch_held(path, tmp_path / "run.log", seconds=60)
     try:
-        wait_until(
-            lambda: "fault point before_delta_commit #1: stall" in cli.text(),
-            120,
-            "the first batch held before its commit",
-        )
         cli.signal(signal.SIGTERM)
         cli.wait_for_event("shutdown_started", 10)
         cli.signal(signal.SIGINT)
