@@ -27,10 +27,10 @@ from ingest.errors import ConfigError, IngestError
 
 def _broker(args: argparse.Namespace) -> int:
     """Runs the embedded test broker in the foreground until interrupted."""
-    from ingest.testing import Broker, S3Server
+    from ingest.testing import S3Server, TansuBroker
 
     s3 = S3Server().start() if args.storage == "s3" else None
-    broker = Broker(storage=args.storage, s3=s3, port=args.port).start()
+    broker = TansuBroker(storage=args.storage, s3=s3, port=args.port).start()
     print(f"bootstrap.servers={broker.bootstrap}", flush=True)
     print(f"log={broker.log_path}", flush=True)
     stopped = False

@@ -8,7 +8,8 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   ├── DecodeError              a decoder met bytes it cannot parse (offset, field)
     │   ├── EncodeError              a value the chosen version cannot carry
     │   ├── UnsupportedVersionError  no version both sides support
-    │   └── CorruptBatchError        a record batch failed its CRC or structure checks
+    │   ├── CorruptBatchError        a record batch failed its CRC or structure checks
+    │   └── BrokerFaultError         the broker broke a contract the client relies on (fatal)
     ├── BrokerError                  the broker answered with a non-zero error code
     │   (carries the code's row from ingest.protocol.error_codes: name, retriable)
     ├── KafkaConnectionError         connect, TLS, SASL or socket failure (retriable)
@@ -16,6 +17,7 @@ Every exception the package raises on purpose derives from ``IngestError``::
     ├── GroupError                   consumer-group membership failures
     │   └── FencedError              a newer generation or instance fenced us out
     ├── SinkError                    Delta / Spark sink failures
+    ├── DependencyError              Java or a Maven artifact missing or unresolvable
     └── HarnessError                 the test harness could not start or stop a server
 
 Errors are plain classes with keyword fields, so that a message always names
@@ -90,6 +92,14 @@ class CorruptBatchError(ProtocolError):
         super().__init__(message, offset=offset, field=field)
 
 
+class BrokerFaultError(ProtocolError):
+    """The broker broke a contract of the protocol that the client relies on, such as
+    listing every aborted transaction of a read_committed answer. Never retried: the
+    same broker would answer the same way."""
+
+    retriable = False
+
+
 class BrokerError(IngestError):
     """The broker answered with a non-zero error code."""
 
@@ -134,6 +144,10 @@ class FencedError(GroupError):
 
 class SinkError(IngestError):
     """Writing to or committing the Delta table failed."""
+
+
+class DependencyError(IngestError):
+    """Java, or a Java artifact from Maven Central, that cannot be found or resolved."""
 
 
 class HarnessError(IngestError):

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from ingest.testing import Broker, ProducedRecord, create_topic, produce
+from ingest.testing import ProducedRecord, TansuBroker, create_topic, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "var" / "quickstart"
@@ -75,7 +75,7 @@ def main() -> None:
 
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    with Broker() as broker:
+    with TansuBroker() as broker:
         print(f"broker: Tansu at {broker.bootstrap} (log {broker.log_path})", flush=True)
         create_topic(broker.bootstrap, args.topic, partitions=args.partitions)
         started = time.perf_counter()

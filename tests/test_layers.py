@@ -9,12 +9,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # What each part of the package may import from the others; everything else is a
-# higher layer. Shared modules at the top (errors, faults, logs, processes) import no part.
+# higher layer. Shared modules at the top (errors, faults, logs, processes, jars) import no
+# part but errors.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "faults": set(),
     "logs": set(),
     "processes": set(),
+    "jars": {"errors"},
     "protocol": {"errors"},
     "client": {"errors", "protocol"},
     "group": {"errors", "protocol"},
@@ -23,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "worker": {"errors", "logs", "protocol", "client", "handoff"},
     "sink": {"errors", "protocol", "handoff"},
     "spark_jobs": {"errors", "faults", "protocol", "handoff", "sink"},
-    "testing": {"errors", "faults", "processes", "config", "protocol", "client"},
+    "testing": {"errors", "faults", "processes", "jars", "config", "protocol", "client"},
     "supervisor": {
         "errors",
         "faults",

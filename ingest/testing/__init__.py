@@ -1,16 +1,17 @@
-"""Real servers for tests: a Tansu Kafka broker, a SeaweedFS S3 store, and Kafka helpers.
+"""Real servers for tests: Apache Kafka (one node or three), the Tansu broker, a SeaweedFS
+S3 store, and Kafka helpers.
 
 Users can run their own pipelines against the same servers::
 
-    from ingest.testing import Broker, ProducedRecord, create_topic, produce, read_topic
+    from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, read_topic
 
-    with Broker() as broker:
+    with KafkaCluster() as broker:
         create_topic(broker.bootstrap, "events", partitions=4)
         produce(broker.bootstrap, "events", [ProducedRecord(b"v", key=b"k")], compression="zstd")
         records = read_topic(broker.bootstrap, "events")
 """
 
-from ingest.testing.broker import Broker, api_versions_answered, tansu_binary
+from ingest.testing.apache_kafka import KAFKA_VERSION, KafkaCluster, message_definition
 from ingest.testing.kafka import (
     CODECS,
     ConsumedRecord,
@@ -23,20 +24,25 @@ from ingest.testing.kafka import (
     read_topic,
     unique_name,
 )
+from ingest.testing.probe import api_versions_answered
 from ingest.testing.s3 import S3Server
+from ingest.testing.tansu import TansuBroker, tansu_binary
 from ingest.testing.verify import Verdict, verify_exact
 
 __all__ = [
     "CODECS",
-    "Broker",
+    "KAFKA_VERSION",
     "ConsumedRecord",
+    "KafkaCluster",
     "ProducedRecord",
     "S3Server",
+    "TansuBroker",
     "Transaction",
     "Verdict",
     "api_versions_answered",
     "create_topic",
     "delete_topic",
+    "message_definition",
     "produce",
     "produce_transactions",
     "read_topic",

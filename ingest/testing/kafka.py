@@ -65,13 +65,23 @@ def create_topic(
     *,
     timeout: float = 15.0,
     config: dict[str, str] | None = None,
+    replication_factor: int = -1,
 ) -> str:
-    """Creates a topic with N partitions and waits until its metadata shows them all."""
+    """Creates a topic with N partitions and waits until its metadata shows them all.
+    ``replication_factor`` -1 takes the broker's ``default.replication.factor`` (1 on one
+    node, 3 on the harness's 3-node cluster)."""
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = _admin(bootstrap)
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        [
+            NewTopic(
+                name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                config=config or {},
+            )
+        ],
         operation_timeout=timeout,
     )
     try:
@@ -102,7 +112,7 @@ def _producer(bootstrap: str, compression: Compression, extra: dict[str, Any]) -
         "linger.ms": 20,
         "batch.size": 1_000_000,
         # Tansu can lose acknowledged idempotent writes across a crash (see
-        # shared/notes/test-broker.md); tests that crash the broker pass
+        # docs/kafka-compat.md); tests that crash the broker pass
         # enable.idempotence=False explicitly, the rest keep librdkafka's default.
     }
     conf.update(extra)
@@ -201,7 +211,7 @@ def read_topic(
 
     The end is where each partition reports EOF, which librdkafka derives from
     the Fetch high watermark (or last stable offset). ListOffsets "latest" is not
-    used: the test broker answers it wrongly (shared/notes/test-broker.md).
+    used: the test broker answers it wrongly (docs/kafka-compat.md).
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 

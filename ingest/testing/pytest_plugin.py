@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from ingest.testing._process import live_processes, stop_all
-from ingest.testing.broker import Broker
+from ingest.testing.apache_kafka import KafkaCluster
 from ingest.testing.kafka import unique_name
 from ingest.testing.s3 import S3Server
+from ingest.testing.tansu import TansuBroker
 
 _SERVERS_KEY = pytest.StashKey[list[Any]]()
 
@@ -24,9 +25,30 @@ def _register(config: pytest.Config, server: Any) -> None:
 
 
 @pytest.fixture(scope="session")
-def broker(pytestconfig: pytest.Config) -> Iterator[Broker]:
-    """One Tansu broker (memory storage) for the whole test session."""
-    server = Broker().start()
+def broker(pytestconfig: pytest.Config) -> Iterator[KafkaCluster]:
+    """One Apache Kafka node (broker + controller, KRaft) for the whole test session, with
+    PLAINTEXT, SSL and SASL_SSL listeners."""
+    server = KafkaCluster(1).start()
+    _register(pytestconfig, server)
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(pytestconfig: pytest.Config) -> Iterator[KafkaCluster]:
+    """Three Apache Kafka nodes (each broker + controller), replication factor 3 and
+    ``min.insync.replicas=2``, for the whole test session (started on first use, ~11 s)."""
+    server = KafkaCluster(3).start()
+    _register(pytestconfig, server)
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def tansu(pytestconfig: pytest.Config) -> Iterator[TansuBroker]:
+    """One Tansu broker (memory storage) for the whole test session: the quickstart's
+    embedded broker, with the deviations docs/kafka-compat.md lists."""
+    server = TansuBroker().start()
     _register(pytestconfig, server)
     yield server
     server.cleanup()

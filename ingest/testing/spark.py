@@ -15,7 +15,7 @@ def local_spark_session(
     """Starts (or returns) the process's Spark session: UI off, our Python for workers.
 
     Workers must run this interpreter, or they start the system Python and fail
-    to import pyarrow (shared/notes/spark-and-delta.md).
+    to import pyarrow (docs/test-servers.md).
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -19,7 +19,7 @@ from types import TracebackType
 
 from ingest.errors import HarnessError
 from ingest.testing._process import ManagedProcess, free_port, wait_until
-from ingest.testing.broker import Broker
+from ingest.testing.tansu import TansuBroker
 
 __all__ = [
     "AdvertisedBroker",
@@ -192,8 +192,8 @@ class TlsTerminator:
         return f"TlsTerminator(:{self.port} -> :{self.target_port})"
 
 
-class AdvertisedBroker(Broker):
-    """A Broker whose Metadata advertises ``advertised_url`` (e.g. a TLS terminator's
+class AdvertisedBroker(TansuBroker):
+    """A TansuBroker whose Metadata advertises ``advertised_url`` (e.g. a TLS terminator's
     address) instead of its own listener, as a broker behind a proxy would."""
 
     def __init__(self, *, advertised_url: str, **kwargs: object) -> None:

@@ -1,4 +1,4 @@
-"""The harness is real: a Tansu broker that stores, serves and survives restarts."""
+"""The harness is real: Apache Kafka (and Tansu) store, serve and survive restarts."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import pytest
 
 from ingest.testing import (
     CODECS,
-    Broker,
+    KafkaCluster,
     ProducedRecord,
     S3Server,
+    TansuBroker,
     Transaction,
     api_versions_answered,
     create_topic,
@@ -43,7 +44,7 @@ def _as_expected(records: list[ProducedRecord]) -> list[tuple]:
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_10k_records_round_trip_in_each_codec(broker: Broker, topic: str, codec: str) -> None:
+def test_10k_records_round_trip_in_each_codec(broker: KafkaCluster, topic: str, codec: str) -> None:
     create_topic(broker.bootstrap, topic, partitions=4)
     sent = _records(10_000, codec)
     assert produce(broker.bootstrap, topic, sent, compression=codec) == 10_000
@@ -62,12 +63,12 @@ def test_10k_records_round_trip_in_each_codec(broker: Broker, topic: str, codec:
     assert received == _as_expected(sent)
 
 
-def test_ready_means_api_versions_answered(broker: Broker) -> None:
+def test_ready_means_api_versions_answered(broker: KafkaCluster) -> None:
     assert api_versions_answered(broker.host, broker.port)
 
 
 def _produce_with_abort(
-    broker: Broker, topic: str
+    broker: KafkaCluster, topic: str
 ) -> tuple[list[ProducedRecord], list[ProducedRecord]]:
     create_topic(broker.bootstrap, topic, partitions=1)
     committed = [ProducedRecord(f"c{i}".encode(), partition=0) for i in range(50)]
@@ -84,7 +85,7 @@ def _produce_with_abort(
     return committed, aborted
 
 
-def test_transaction_helper_writes_commits_and_aborts(broker: Broker, topic: str) -> None:
+def test_transaction_helper_writes_commits_and_aborts(broker: KafkaCluster, topic: str) -> None:
     committed, aborted = _produce_with_abort(broker, topic)
 
     everything = read_topic(broker.bootstrap, topic, isolation_level="read_uncommitted")
@@ -98,23 +99,30 @@ def test_transaction_helper_writes_commits_and_aborts(broker: Broker, topic: str
     assert offsets == [*range(0, 25), *range(26, 56), *range(57, 82)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Tansu 0.6.0 answers read_committed Fetches with no aborted_transactions and "
-        "last_stable_offset == high_watermark, so every client sees aborted records "
-        "(docs/test-broker.md). Strict: this starts passing when the broker is fixed."
-    ),
-)
-def test_read_committed_hides_aborted_records(broker: Broker, topic: str) -> None:
+def test_read_committed_hides_aborted_records(broker: KafkaCluster, topic: str) -> None:
     committed, _aborted = _produce_with_abort(broker, topic)
 
     assert [r.value for r in read_topic(broker.bootstrap, topic)] == [r.value for r in committed]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "Tansu 0.6.0 answers read_committed Fetches with no aborted_transactions and "
+        "last_stable_offset == high_watermark, so every client sees aborted records "
+        "(docs/kafka-compat.md). Strict: this starts passing when the broker is fixed."
+    ),
+)
+def test_read_committed_hides_aborted_records_on_tansu(tansu: TansuBroker, topic: str) -> None:
+    committed, _aborted = _produce_with_abort(tansu, topic)  # type: ignore[arg-type]
+
+    assert [r.value for r in read_topic(tansu.bootstrap, topic)] == [r.value for r in committed]
+
+
 @pytest.mark.slow
-def test_s3_backed_broker_survives_sigkill_and_restart(s3: S3Server, topic: str) -> None:
-    broker = Broker(storage="s3", s3=s3, s3_bucket="tansu-restart")
+def test_s3_backed_tansu_survives_sigkill_and_restart(s3: S3Server, topic: str) -> None:
+    broker = TansuBroker(storage="s3", s3=s3, s3_bucket="tansu-restart")
     try:
         broker.start()
         create_topic(broker.bootstrap, topic, partitions=2)
@@ -123,7 +131,7 @@ def test_s3_backed_broker_survives_sigkill_and_restart(s3: S3Server, topic: str)
             for i in range(2_000)
         ]
         # Non-idempotent: Tansu can lose acked idempotent writes on SIGKILL
-        # (shared/notes/test-broker.md); this test is about restart, not that bug.
+        # (docs/kafka-compat.md); this test is about restart, not that bug.
         produce(
             broker.bootstrap, topic, sent, compression="lz4", enable_idempotence=False, acks="all"
         )
@@ -140,8 +148,8 @@ def test_s3_backed_broker_survives_sigkill_and_restart(s3: S3Server, topic: str)
         broker.cleanup()
 
 
-def test_memory_broker_restarts_on_the_same_port() -> None:
-    broker = Broker()
+def test_memory_tansu_restarts_on_the_same_port() -> None:
+    broker = TansuBroker()
     try:
         broker.start()
         port, pid = broker.port, broker.pid

