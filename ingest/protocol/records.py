@@ -77,7 +77,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Literal
@@ -87,6 +87,7 @@ import pyarrow as pa
 
 from ingest.errors import DecodeError
 from ingest.protocol.compression import decompress
+from ingest.protocol.transactions import CommittedWalk, UnlistedAbort
 
 try:
     from ingest.protocol import _records
@@ -225,6 +226,12 @@ class DecodedRecords:
     next_offset: int | None
     incomplete_batch_size: int | None
     corrupt: tuple[CorruptBatch, ...]
+    # read_committed only (transactions.py): aborted records the broker failed to list,
+    # dropped here; those handed on by an earlier answer (a fatal broker fault); and the
+    # producers whose kept data has no marker yet, for the next answer's ``carried``.
+    unlisted_aborts: tuple[UnlistedAbort, ...] = ()
+    carried_aborts: tuple[UnlistedAbort, ...] = ()
+    open_transactions: tuple[tuple[int, int], ...] = ()
 
 
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
@@ -410,13 +417,15 @@ def decode_records(
     fetch_offset: int | None = None,
     check_crc: bool = False,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    carried: Mapping[int, int] | None = None,
 ) -> DecodedRecords:
     """Decodes one partition's Fetch ``records`` into one Arrow RecordBatch.
 
     Records below ``fetch_offset`` are dropped (Kafka returns whole batches).
     With ``read_committed``, control batches are always skipped and records of
     aborted transactions (per ``aborted_transactions`` from the same Fetch
-    response) are dropped. Corrupt batches are reported in ``corrupt``, never
+    response, and per ABORT markers the broker failed to list) are dropped;
+    ``carried`` is the previous answer's ``open_transactions``. Corrupt batches are reported in ``corrupt``, never
     raised; DecodeError is raised only when one call's output would pass 2 GiB.
     """
     view = _as_view(records)
@@ -449,19 +458,14 @@ def decode_records(
         valid_count == complete
         and not attributes_or & (ATTR_CONTROL | ATTR_CODEC_MASK)
         and (fetch_offset is None or min_valid_last is None or fetch_offset <= min_valid_last)
-        and not (read_committed and aborted_transactions and attributes_or & ATTR_TRANSACTIONAL)
+        and not (read_committed and attributes_or & ATTR_TRANSACTIONAL)
     )
     indices: Any = None
     payloads: list[Any] | None = None
+    walk = CommittedWalk(aborted_transactions, fetch_offset, carried) if read_committed else None
     if not simple:
         indices, payloads = _select(
-            view,
-            entry_table()[:complete],
-            read_committed,
-            aborted_transactions,
-            fetch_offset,
-            max_batch_bytes,
-            corrupt,
+            view, entry_table()[:complete], walk, fetch_offset, max_batch_bytes, corrupt
         )
 
     min_offset = _INT64_MIN if fetch_offset is None else fetch_offset
@@ -482,14 +486,16 @@ def decode_records(
         next_offset=next_offset,
         incomplete_batch_size=incomplete_batch_size,
         corrupt=bound_skipped_batches(view, [batch for _, batch in corrupt]),
+        unlisted_aborts=tuple(walk.unlisted) if walk is not None else (),
+        carried_aborts=tuple(walk.carried_aborts) if walk is not None else (),
+        open_transactions=walk.open_transactions() if walk is not None else (),
     )
 
 
 def _select(
     view: memoryview,
     entries: Any,
-    read_committed: bool,
-    aborted_transactions: Sequence[tuple[int, int]] | None,
+    walk: CommittedWalk | None,
     fetch_offset: int | None,
     max_batch_bytes: int,
     corrupt: list[tuple[int, CorruptBatch]],
@@ -507,10 +513,8 @@ def _select(
     wanted = valid & ~control
     if fetch_offset is not None:
         wanted &= entries["last_offset"] >= fetch_offset
-    if read_committed:
-        _drop_aborted(
-            view, entries, valid, control, wanted, aborted_transactions, max_batch_bytes, corrupt
-        )
+    if walk is not None:
+        _drop_aborted(view, entries, valid, control, wanted, walk, max_batch_bytes, corrupt)
 
     indices = np.flatnonzero(wanted).astype(np.int64)
     payloads: list[Any] = [None] * len(indices)
@@ -541,35 +545,20 @@ def _drop_aborted(
     valid: Any,
     control: Any,
     wanted: Any,
-    aborted_transactions: Sequence[tuple[int, int]] | None,
+    walk: CommittedWalk,
     max_batch_bytes: int,
     corrupt: list[tuple[int, CorruptBatch]],
 ) -> None:
-    """Kafka's read_committed filter (the Java consumer's CompletedFetch), in place on ``wanted``.
-
-    Walking batches in order: aborted transactions whose first offset is at or
-    below a batch's last offset mark their producer as aborted; an ABORT
-    marker from that producer ends the range; transactional batches of an
-    aborted producer are dropped.
-    """
-    pending = sorted(aborted_transactions or (), key=lambda txn: txn[1])
+    """The read_committed walk (``transactions.CommittedWalk``), in place on ``wanted``."""
     producer_ids = entries["producer_id"]
     candidates = valid & (producer_ids >= 0)
     # Java consumes pending aborts up to each batch's last offset, batch by batch; only
     # the running maximum matters, so batches that cannot change anything are skipped.
     reach = np.maximum.accumulate(np.where(candidates, entries["last_offset"], _INT64_MIN))
-    if pending:
-        candidates &= control | ((entries["attributes"] & ATTR_TRANSACTIONAL) != 0)
-    else:
-        candidates &= control  # nothing can be aborted; markers are still checked
-    aborted: set[int] = set()
-    next_pending = 0
+    candidates &= control | ((entries["attributes"] & ATTR_TRANSACTIONAL) != 0)
     for index in np.flatnonzero(candidates):
         entry = entries[index]
-        last_offset = int(reach[index])
-        while next_pending < len(pending) and pending[next_pending][1] <= last_offset:
-            aborted.add(pending[next_pending][0])
-            next_pending += 1
+        walk.reach(int(reach[index]))
         producer_id = int(producer_ids[index])
         if control[index]:
             try:
@@ -583,10 +572,12 @@ def _drop_aborted(
                 reason = f"bad control record: {exc.reason}"
                 corrupt.append((int(index), _corrupt_from_entry(view, entry, reason, "control")))
                 continue
-            if marker == CONTROL_ABORT:
-                aborted.discard(producer_id)
-        elif producer_id in aborted:
-            wanted[index] = False
+            if marker is not None:
+                for aborted in walk.marker(producer_id, int(entry["base_offset"]), marker):
+                    wanted[aborted] = False
+        elif wanted[index]:
+            last = int(entry["last_offset"])
+            wanted[index] = walk.data(int(index), producer_id, int(entry["base_offset"]), last)
 
 
 _TOPIC_DICTIONARIES: dict[str, pa.Array] = {}

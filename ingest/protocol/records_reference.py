@@ -10,7 +10,7 @@ production (about 100x).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -35,6 +35,7 @@ from ingest.protocol.records import (
     record_error_reason,
     status_reason,
 )
+from ingest.protocol.transactions import UnlistedAbort
 
 _V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 _FRAMING = struct.Struct(">qi")
@@ -198,6 +199,7 @@ def decode_records_reference(
     fetch_offset: int | None = None,
     check_crc: bool = False,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    carried: Mapping[int, int] | None = None,
 ) -> DecodedRecords:
     """Same contract as ``records.decode_records``."""
     data = bytes(records)
@@ -291,10 +293,16 @@ def decode_records_reference(
             )
         )
 
-    # Kafka's read_committed walk, as in the Java consumer.
+    # Kafka's read_committed walk, as in the Java consumer, plus the checks of a broker's
+    # side (transactions.py): an ABORT marker after kept data of its producer drops that
+    # data, or, when an earlier answer handed it on, is reported as carried.
     pending = sorted(aborted_transactions or (), key=lambda txn: txn[1])
     aborted_producers: set[int] = set()
     dropped: set[int] = set()
+    undecided: dict[int, list[_Batch]] = {}  # producer -> kept batches since its marker
+    still_open = dict(carried or {})
+    unlisted: list[UnlistedAbort] = []
+    carried_aborts: list[UnlistedAbort] = []
     for batch in batches:
         if read_committed and batch.producer_id >= 0:
             while pending and pending[0][1] <= batch.last_offset:
@@ -305,10 +313,35 @@ def decode_records_reference(
                 except DecodeError as exc:
                     report_batch(batch, f"bad control record: {exc.reason}", "control")
                     continue
+                if marker is None:
+                    continue
                 if marker == CONTROL_ABORT:
                     aborted_producers.discard(batch.producer_id)
-            elif batch.attributes & ATTR_TRANSACTIONAL and batch.producer_id in aborted_producers:
-                dropped.add(batch.position)
+                if fetch_offset is not None and batch.base_offset < fetch_offset:
+                    continue
+                kept = undecided.pop(batch.producer_id, [])
+                earlier = still_open.pop(batch.producer_id, None)
+                if marker == CONTROL_ABORT:
+                    if earlier is not None:
+                        carried_aborts.append(
+                            UnlistedAbort(batch.producer_id, earlier, batch.base_offset)
+                        )
+                    if kept:
+                        first = kept[0].base_offset
+                        if fetch_offset is not None:
+                            first = max(first, fetch_offset)
+                        unlisted.append(UnlistedAbort(batch.producer_id, first, batch.base_offset))
+                        dropped.update(b.position for b in kept)
+            elif batch.attributes & ATTR_TRANSACTIONAL:
+                if batch.producer_id in aborted_producers:
+                    dropped.add(batch.position)
+                elif fetch_offset is None or batch.last_offset >= fetch_offset:
+                    undecided.setdefault(batch.producer_id, []).append(batch)
+    for producer_id, kept in undecided.items():
+        first = kept[0].base_offset
+        if fetch_offset is not None:
+            first = max(first, fetch_offset)
+        still_open.setdefault(producer_id, first)
 
     rows: list[dict[str, Any]] = []
     for batch in batches:
@@ -333,6 +366,9 @@ def decode_records_reference(
         next_offset=next_offset,
         incomplete_batch_size=incomplete,
         corrupt=bound_skipped_batches(memoryview(data), everything),
+        unlisted_aborts=tuple(unlisted),
+        carried_aborts=tuple(carried_aborts),
+        open_transactions=tuple(sorted(still_open.items())) if read_committed else (),
     )
 
 

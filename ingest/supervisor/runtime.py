@@ -42,7 +42,14 @@ from typing import Any
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig
-from ingest.errors import ConfigError, FencedError, GroupError, IngestError, SinkError
+from ingest.errors import (
+    BrokerFaultError,
+    ConfigError,
+    FencedError,
+    GroupError,
+    IngestError,
+    SinkError,
+)
 from ingest.faults import fault_point
 from ingest.group import (
     CooperativeStickyAssignor,
@@ -574,6 +581,17 @@ class Engine:
                 offset=state.resume_offset,
                 error=f"{message.error_type}: {message.message}",
             )
+            if message.error_type == BrokerFaultError.__name__:
+                # The same broker answers the same way: no restart, and what the worker
+                # sealed but did not land may hold the records it condemns.
+                state.failed = message.message
+                self._abandon_pending(state)
+                self.metrics.set(
+                    "ingest_partition_failed",
+                    1,
+                    topic=partition.topic,
+                    partition=partition.partition,
+                )
         elif isinstance(message, BackpressureChanged):
             if message.paused:
                 self._flush = True  # its segments must land before it fetches again
@@ -636,7 +654,7 @@ class Engine:
         reason = handle.exit_reason() or "ended"
         code = handle.exitcode
         handle.close(timeout=0.5)
-        if state.stopping or state.finished or self.stopping:
+        if state.stopping or state.finished or state.failed or self.stopping:
             return
         offset = state.resume_offset if state.resume_offset is not None else -1
         crashes = state.crashes.get(offset, 0) + 1

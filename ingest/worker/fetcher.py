@@ -8,7 +8,7 @@ only one Fetch is ever in flight, and the position only moves when an answer
 has been processed, so an unprocessed prefetch can always be dropped.
 
 Start positions, and how they stay right on brokers that answer ListOffsets
-wrongly (the test broker, Tansu 0.6.0, does; docs/test-broker.md):
+wrongly (the test broker, Tansu 0.6.0, does; docs/kafka-compat.md):
 
 * committed offset: used as given; if it is out of range, ``auto_offset_reset``.
 * earliest: ListOffsets(EARLIEST).
@@ -55,6 +55,7 @@ from ingest.client.cluster import LEADER_ERRORS, Cluster, TopicPartition
 from ingest.client.connection import BrokerConnection, InFlight, expect_response
 from ingest.errors import (
     BrokerError,
+    BrokerFaultError,
     ConfigError,
     CorruptBatchError,
     KafkaConnectionError,
@@ -299,6 +300,8 @@ class PartitionFetcher:
         self.end_offset: int | None = None
         self.end_timestamp: int | None = None
         self.seek_timestamp: int | None = None
+        # read_committed: producers whose handed-on data has no marker yet (transactions.py)
+        self._open_transactions: dict[int, int] = {}
         self.partition_max_bytes = settings.partition_max_bytes
         self.max_bytes = max(settings.max_bytes, settings.partition_max_bytes)
         self._connection: BrokerConnection | None = None
@@ -355,6 +358,7 @@ class PartitionFetcher:
                 if end.kind == "timestamp":
                     self.end_timestamp = end.value
         self.position = position
+        self._open_transactions = {}
         if self.end_offset is not None and position >= self.end_offset:
             self.finished = True
         log.info(
@@ -438,7 +442,7 @@ class PartitionFetcher:
                 self._send()
             result = self._receive_and_handle()
         except (KafkaConnectionError, ProtocolError) as exc:
-            if isinstance(exc, CorruptBatchError):
+            if isinstance(exc, (CorruptBatchError, BrokerFaultError)):
                 raise
             if isinstance(exc, KafkaConnectionError) and not exc.retriable:
                 raise
@@ -611,12 +615,43 @@ class PartitionFetcher:
             aborted_transactions=aborted,
             fetch_offset=sent.fetch_offset,
             check_crc=self.settings.check_crc,
+            carried=self._open_transactions,
         )
         # Drop every view of the borrowed buffer so the connection can reuse it.
         del response, data, records
+        if self.settings.read_committed:
+            self._check_transactions(decoded)
         self.stats.fetched_bytes += size
         self._backoff.succeeded()
         return self._advance(decoded, sent.fetch_offset, size)
+
+    def _check_transactions(self, decoded: DecodedRecords) -> None:
+        """The broker's side of read_committed (transactions.py): aborts it did not list
+        were dropped within the answer; one whose records an earlier answer handed on is
+        fatal, before those records can be committed."""
+        for abort in decoded.unlisted_aborts:
+            log.warning(
+                "%s: broker fault: producer %d's transaction from offset %d was aborted "
+                "(ABORT marker at offset %d) but the Fetch answer did not list it in "
+                "aborted_transactions; its records were dropped",
+                self.tp,
+                abort.producer_id,
+                abort.first_offset,
+                abort.marker_offset,
+            )
+        if decoded.carried_aborts:
+            abort = decoded.carried_aborts[0]
+            raise BrokerFaultError(
+                f"{self.tp}: broker fault: producer {abort.producer_id}'s transaction was "
+                f"aborted (ABORT marker at offset {abort.marker_offset}), but the broker "
+                "did not list it in aborted_transactions and answered its records from "
+                f"offset {abort.first_offset} to a read_committed Fetch before the marker "
+                "(past the last stable offset). Those records must not land; this "
+                "partition stops. Apache Kafka never answers this way (see "
+                "docs/kafka-compat.md)",
+                offset=abort.first_offset,
+            )
+        self._open_transactions = dict(decoded.open_transactions)
 
     def _partition_data(self, response: FetchResponse) -> PartitionData | None:
         for topic in response.responses:
@@ -672,6 +707,7 @@ class PartitionFetcher:
         )
         self.position = new
         self.seek_timestamp = None
+        self._open_transactions = {}
         if self.end_offset is not None and new >= self.end_offset:
             self.finished = True
         return self._empty(resets=(OffsetReset(old, new, policy, reason),))

@@ -32,6 +32,7 @@ from ingest.protocol.records import (
     decode_records,
 )
 from ingest.protocol.records_reference import crc32c_python, decode_records_reference
+from ingest.protocol.transactions import UnlistedAbort
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 T0 = 1_700_000_000_000
@@ -62,6 +63,9 @@ def assert_same(fast: DecodedRecords, reference: DecodedRecords) -> None:
     assert fast.next_offset == reference.next_offset
     assert fast.incomplete_batch_size == reference.incomplete_batch_size
     assert fast.corrupt == reference.corrupt
+    assert fast.unlisted_aborts == reference.unlisted_aborts
+    assert fast.carried_aborts == reference.carried_aborts
+    assert fast.open_transactions == reference.open_transactions
 
 
 def column(decoded: DecodedRecords, name: str) -> list[Any]:
@@ -475,11 +479,67 @@ def test_read_committed_drops_aborted_transactions() -> None:
     assert decoded.next_offset == 12  # past the control and aborted batches
 
 
-def test_read_committed_with_no_aborted_transactions_keeps_everything() -> None:
+def test_an_abort_the_broker_did_not_list_is_dropped_and_reported() -> None:
+    # A broker that lists no aborted transaction (Tansu 0.6.0): the ABORT markers that
+    # follow producer 7's data show them aborted all the same.
     log, _ = two_producers_log()
     for aborted in (None, []):
         decoded = decode_both(log, read_committed=True, aborted_transactions=aborted)
-        assert len(values(decoded)) == 8
+        assert values(decoded) == [b"8a", b"8b", b"7c", b"7d", b"plain"]
+        assert decoded.unlisted_aborts == (UnlistedAbort(7, 0, 4), UnlistedAbort(7, 10, 11))
+        assert decoded.next_offset == 12 and decoded.open_transactions == ()
+
+
+def test_listed_aborts_are_not_reported_as_unlisted() -> None:
+    log, aborted = two_producers_log()
+    assert decode_both(log, read_committed=True, aborted_transactions=aborted).unlisted_aborts == ()
+    assert decode_both(log, aborted_transactions=aborted).unlisted_aborts == ()
+
+
+def test_transactional_data_without_its_marker_is_carried_to_the_next_answer() -> None:
+    log = b"".join(
+        [
+            build_batch([Record(b"plain")], base_offset=0),
+            txn([Record(b"8a")], 1, 8),
+            control_batch("commit", base_offset=2, producer_id=8),
+            txn([Record(b"7a"), Record(b"7b")], 3, 7),  # no marker in this answer
+            build_batch([Record(b"after")], base_offset=5),
+            txn([Record(b"9a")], 6, 9),
+        ]
+    )
+    decoded = decode_both(log, read_committed=True)
+    assert values(decoded) == [b"plain", b"8a", b"7a", b"7b", b"after", b"9a"]
+    assert decoded.next_offset == 7
+    assert decoded.open_transactions == ((7, 3), (9, 6))
+    # The next answer: 7 commits, 9 aborts. 9's record was handed on: a broker fault
+    # the fetcher must stop on; 10, opened and aborted within the answer, is dropped.
+    more = b"".join(
+        [
+            control_batch("commit", base_offset=7, producer_id=7),
+            txn([Record(b"10a")], 8, 10),
+            control_batch("abort", base_offset=9, producer_id=9),
+            control_batch("abort", base_offset=10, producer_id=10),
+            txn([Record(b"11a")], 11, 11),
+        ]
+    )
+    carried = dict(decoded.open_transactions)
+    decoded = decode_both(more, read_committed=True, fetch_offset=7, carried=carried)
+    assert values(decoded) == [b"11a"]
+    assert decoded.carried_aborts == (UnlistedAbort(9, 6, 9),)
+    assert decoded.unlisted_aborts == (UnlistedAbort(10, 8, 10),)
+    assert decoded.open_transactions == ((11, 11),)
+    # read_uncommitted tracks nothing.
+    assert decode_both(log).open_transactions == ()
+
+
+def test_a_carried_producer_that_commits_is_no_fault() -> None:
+    marker = control_batch("commit", base_offset=5, producer_id=7)
+    decoded = decode_both(marker, read_committed=True, fetch_offset=5, carried={7: 3, 9: 4})
+    assert decoded.carried_aborts == () and decoded.open_transactions == ((9, 4),)
+    # A marker below the fetch offset was read by an earlier answer: it decides nothing.
+    abort = control_batch("abort", base_offset=2, producer_id=9)
+    decoded = decode_both(abort, read_committed=True, fetch_offset=5, carried={9: 4})
+    assert decoded.carried_aborts == () and decoded.open_transactions == ((9, 4),)
 
 
 def test_read_committed_from_a_fetch_offset_inside_the_log() -> None:
@@ -489,19 +549,21 @@ def test_read_committed_from_a_fetch_offset_inside_the_log() -> None:
 
 
 def test_abort_only_ends_the_range_of_its_own_producer() -> None:
-    log = b"".join(
-        [
-            txn([Record(b"7a")], 0, 7),
-            txn([Record(b"9a")], 1, 9),
-            control_batch("abort", base_offset=2, producer_id=9),
-            txn([Record(b"7b")], 3, 7),
-            control_batch("abort", base_offset=4, producer_id=7),
-        ]
-    )
-    decoded = decode_both(log, read_committed=True, aborted_transactions=[(9, 1), (7, 0)])
-    assert values(decoded) == []
-    decoded = decode_both(log, read_committed=True, aborted_transactions=[(9, 1)])
-    assert values(decoded) == [b"7a", b"7b"]
+    def log(marker_of_7: str) -> bytes:
+        return b"".join(
+            [
+                txn([Record(b"7a")], 0, 7),
+                txn([Record(b"9a")], 1, 9),
+                control_batch("abort", base_offset=2, producer_id=9),
+                txn([Record(b"7b")], 3, 7),
+                control_batch(marker_of_7, base_offset=4, producer_id=7),
+            ]
+        )
+
+    decoded = decode_both(log("abort"), read_committed=True, aborted_transactions=[(9, 1), (7, 0)])
+    assert values(decoded) == [] and decoded.unlisted_aborts == ()
+    decoded = decode_both(log("commit"), read_committed=True, aborted_transactions=[(9, 1)])
+    assert values(decoded) == [b"7a", b"7b"] and decoded.unlisted_aborts == ()
 
 
 def test_malformed_control_record_is_reported_under_read_committed() -> None:
