@@ -6,7 +6,7 @@ These are the supervisor's (and ``ingest status``'s) own reads, on a
 * End offsets come from ``PartitionFetcher.latest_offset``: ListOffsets
   checked against a Fetch's high watermark (last stable offset under
   read_committed), which stays right on brokers whose ListOffsets "latest" is
-  wrong (Tansu 0.6.0; docs/test-broker.md).
+  wrong (Tansu 0.6.0; docs/kafka-compat.md).
 * Committed offsets are an OffsetFetch to the group coordinator.
 * Txn versions are read from the table's log: the last offset of each
   partition that is durable in the table.

@@ -86,7 +86,7 @@ def naive_pipeline(
             "auto.offset.reset": "earliest",
             # Tansu holds a JoinGroup for session/2; the default 45 s would cost 22 s.
             "session.timeout.ms": 6000,
-            # Its default throttles a fast consumer to a fifth (shared/notes/test-broker.md).
+            # Its default throttles a fast consumer to a fifth (docs/kafka-compat.md).
             "fetch.queue.backoff.ms": 10,
         }
     )

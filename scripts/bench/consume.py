@@ -14,7 +14,7 @@ keys, one partition), in the same run:
 * N workers on an N-partition topic (same per-partition records), aggregate.
 
 confluent-kafka runs with ``fetch.queue.backoff.ms=10`` (its default throttles
-a fast consumer to a fifth; shared/notes/test-broker.md). Each measurement is
+a fast consumer to a fifth; docs/kafka-compat.md). Each measurement is
 the best of ``--repeat`` runs, alternating methods.
 
     .venv/bin/python scripts/bench/consume.py                  # 1M records, ~1 min
@@ -41,7 +41,7 @@ from _peers import confluent_to_arrow
 from ingest.client import ClientConfig
 from ingest.handoff import HandoffConfig, HandoffStore
 from ingest.protocol.records import RECORD_SCHEMA
-from ingest.testing import Broker, ProducedRecord, create_topic, produce, unique_name
+from ingest.testing import ProducedRecord, TansuBroker, create_topic, produce, unique_name
 from ingest.worker import (
     EndPosition,
     SegmentSealed,
@@ -180,7 +180,7 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"# {os.cpu_count()} cores; {args.records} records of {VALUE_BYTES} B a partition")
-    with Broker() as broker:
+    with TansuBroker() as broker:
         bootstrap = broker.bootstrap
         began = time.perf_counter()
         topic = make_topic(bootstrap, 1, args.records)

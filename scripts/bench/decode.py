@@ -141,11 +141,11 @@ def reference(buffer: bytes) -> int:
 @contextmanager
 def running_broker() -> Iterator[str]:
     try:
-        from ingest.testing import Broker
+        from ingest.testing import TansuBroker
     except ImportError:
-        Broker = None
-    if Broker is not None:
-        with Broker() as broker:
+        TansuBroker = None
+    if TansuBroker is not None:
+        with TansuBroker() as broker:
             yield broker.bootstrap
         return
     # Fallback: start Tansu by hand.

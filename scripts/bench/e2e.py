@@ -53,7 +53,7 @@ from _pipeline import (
     run_measured,
 )
 
-from ingest.testing import Broker, create_topic, unique_name
+from ingest.testing import TansuBroker, create_topic, unique_name
 from spark_jobs.decode import DecodeSpec
 
 PARTITIONS = 8
@@ -143,7 +143,7 @@ def main() -> None:
     print(f"# {total:,} JSON records of 100 B, {args.partitions} partitions; work dir {workdir}")
     results: dict[str, dict[str, Any]] = {}
     try:
-        with Broker() as broker:
+        with TansuBroker() as broker:
             bootstrap = broker.bootstrap
             topic = unique_name("bench-e2e")
             create_topic(bootstrap, topic, partitions=args.partitions)

@@ -5,7 +5,7 @@ One Tansu broker, a topic of ``--partitions`` partitions. For each trigger inter
 ``--until-end``) into a fresh table with:
 
 * ``fetch.max_wait = 100ms``: Tansu's long poll is not woken by new data, so a
-  record waits about max_wait/2 for its Fetch (docs/test-broker.md);
+  record waits about max_wait/2 for its Fetch (docs/kafka-compat.md);
 * ``handoff.segment_max_age = 250ms``: a segment is sealed (and so can be batched)
   at most 250 ms after its first record.
 
@@ -54,7 +54,7 @@ from _pipeline import (
     write_config,
 )
 
-from ingest.testing import Broker, create_topic, unique_name
+from ingest.testing import TansuBroker, create_topic, unique_name
 
 POLL = 0.05
 WARM_ID_BASE = 90_000_000  # warm-up records' ids, apart from the measured ones
@@ -251,7 +251,7 @@ def main() -> None:
     )
     results = []
     try:
-        with Broker() as broker:
+        with TansuBroker() as broker:
             for trigger in (float(t) for t in args.triggers.split(",")):
                 results.append(
                     run_trigger(workdir, broker.bootstrap, args.partitions, trigger, args)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from _pipeline import gib, ingest_until_end, load_average, machine, produce_json
 
-from ingest.testing import Broker, create_topic, unique_name
+from ingest.testing import TansuBroker, create_topic, unique_name
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
     print(f"# {args.records:,} JSON records of 100 B a run; work dir {workdir}")
     results: dict[int, dict[str, Any]] = {}
     try:
-        with Broker() as broker:
+        with TansuBroker() as broker:
             for partitions in counts:
                 per = args.records // partitions
                 topic = unique_name(f"bench-scaling-{partitions}p")

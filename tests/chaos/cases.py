@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.testing import Broker, ProducedRecord, S3Server, create_topic, produce, unique_name
+from ingest.testing import (
+    KafkaCluster,
+    ProducedRecord,
+    S3Server,
+    create_topic,
+    produce,
+    unique_name,
+)
 from ingest.testing.faults import ProcessInfo, fault_point_env, kill, process_tree
 from ingest.testing.verify import Verdict, verify_exact
 from tests.runtime.support import config, records, row_count, write_config
@@ -52,7 +59,7 @@ class ChaosEnv:
     """Servers and Spark shared by the runs of one session; a case may start its own."""
 
     work: Path
-    broker: Broker
+    broker: KafkaCluster
     spark_factory: Callable[[], Any]
     s3_factory: Callable[[], S3Server]
     _spark: Any = None
@@ -119,7 +126,7 @@ def prepare(
     rng: random.Random,
     name: str,
     *,
-    broker: Broker | None = None,
+    broker: KafkaCluster | None = None,
     total: tuple[int, int] = (16_000, 32_000),
     sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Setup:
@@ -496,7 +503,7 @@ def broker_pause(env: ChaosEnv, seed: int) -> Outcome:
     name = "broker-pause"
     rng = random.Random(f"{name}:{seed}")
     started = time.monotonic()
-    with Broker() as broker:
+    with KafkaCluster() as broker:
         setup = prepare(env, rng, name, broker=broker, total=(10_000, 20_000))
         when = first_batch_moment(moment(rng))
         pause = round(rng.uniform(SESSION_S + 1, SESSION_S + 5), 2)
@@ -524,13 +531,12 @@ def broker_pause(env: ChaosEnv, seed: int) -> Outcome:
 
 
 def broker_kill(env: ChaosEnv, seed: int) -> Outcome:
-    """SIGKILL an s3-backed broker while records are produced (non-idempotent producer) and
-    ``ingest run`` consumes; restart it on the same port; the table ends exact."""
+    """SIGKILL the broker (its own JVM) while records are produced and ``ingest run``
+    consumes; restart it on the same ports and data; the table ends exact."""
     name = "broker-kill"
     rng = random.Random(f"{name}:{seed}")
     started = time.monotonic()
-    bucket = unique_name("tansu").lower().replace("_", "-")[:40]
-    broker = Broker(storage="s3", s3=env.s3, s3_bucket=bucket).start()
+    broker = KafkaCluster().start()
     try:
         setup = prepare(env, rng, name, broker=broker, total=(8_000, 16_000))
         when = first_batch_moment(moment(rng))
@@ -540,11 +546,10 @@ def broker_kill(env: ChaosEnv, seed: int) -> Outcome:
         try:
             if not wait_moment(run, when):
                 raise CaseFailed("the run ended before the fault moment")
-            # Tansu can lose acked idempotent writes across a crash (test-broker notes).
             producer = Producer(
                 setup,
                 rng.randint(5, 10),
-                enable_idempotence=False,
+                enable_idempotence=True,
                 retries=1_000_000,
                 message_timeout_ms=120_000,
             )

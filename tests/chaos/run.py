@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ingest.testing import Broker, S3Server
+from ingest.testing import KafkaCluster, S3Server
 from tests.chaos.cases import CASES, ChaosEnv, Outcome
 
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return s3[0]
 
     outcomes: list[Outcome] = []
-    with Broker() as broker:
+    with KafkaCluster() as broker:
         env = ChaosEnv(work, broker, local_spark_session, start_s3)
         try:
             for name in names:

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from ingest.testing import Broker, S3Server
+from ingest.testing import KafkaCluster, S3Server
 from tests.chaos.cases import CASES, ChaosEnv
 
 CHAOS_RUNS = int(os.environ.get("CHAOS_RUNS", "10"))
 
 
 @pytest.fixture
-def env(broker: Broker, request: pytest.FixtureRequest, tmp_path: Path) -> ChaosEnv:
+def env(broker: KafkaCluster, request: pytest.FixtureRequest, tmp_path: Path) -> ChaosEnv:
     def spark() -> Any:
         return request.getfixturevalue("spark")
 

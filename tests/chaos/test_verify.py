@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from ingest.testing import Broker, ProducedRecord, create_topic, produce
+from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from ingest.testing.verify import verify_exact
 
 
@@ -34,7 +34,7 @@ def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> 
 
 
 def test_the_verifier_names_missing_duplicate_extra_and_committed_ahead(
-    broker: Broker, topic: str, group: str, tmp_path: Path
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path
 ) -> None:
     create_topic(broker.bootstrap, topic, partitions=2)
     produce(
@@ -67,7 +67,9 @@ def test_the_verifier_names_missing_duplicate_extra_and_committed_ahead(
     assert "duplicate offsets" in partial.describe()
 
 
-def test_an_exact_table_passes(broker: Broker, topic: str, group: str, tmp_path: Path) -> None:
+def test_an_exact_table_passes(
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path
+) -> None:
     create_topic(broker.bootstrap, topic, partitions=1)
     produce(broker.bootstrap, topic, [ProducedRecord(b"v", partition=0) for _ in range(3)])
     table = str(tmp_path / "table")

@@ -13,7 +13,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter, read_segment
-from ingest.testing import Broker, S3Server, create_topic, produce, read_topic, unique_name
+from ingest.testing import KafkaCluster, S3Server, create_topic, produce, read_topic, unique_name
 from ingest.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY
 from ingest.worker import EndPosition
 from tests.handoff.test_store import records
@@ -114,7 +114,7 @@ def test_a_dead_runs_namespace_on_this_host_is_removed(s3: S3Server) -> None:
 
 
 def test_a_worker_process_writes_its_segments_to_the_object_store(
-    broker: Broker, s3: S3Server, s3_store: HandoffStore, topic: str
+    broker: KafkaCluster, s3: S3Server, s3_store: HandoffStore, topic: str
 ) -> None:
     create_topic(broker.bootstrap, topic, partitions=1)
     produce(broker.bootstrap, topic, varied_records(30_000), compression="zstd")

@@ -109,9 +109,10 @@ def test_read_committed_hides_aborted_records(broker: KafkaCluster, topic: str) 
     strict=True,
     raises=AssertionError,
     reason=(
-        "Tansu 0.6.0 answers read_committed Fetches with no aborted_transactions and "
-        "last_stable_offset == high_watermark, so every client sees aborted records "
-        "(docs/kafka-compat.md). Strict: this starts passing when the broker is fixed."
+        "Tansu 0.6.0 answers read_committed Fetches with no aborted_transactions, so a "
+        "client that filters by that list (librdkafka, the Java consumer) returns aborted "
+        "records (docs/kafka-compat.md; ingest's own reader: test_read_committed.py). "
+        "Strict: this starts passing when the broker is fixed."
     ),
 )
 def test_read_committed_hides_aborted_records_on_tansu(tansu: TansuBroker, topic: str) -> None:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +27,7 @@ from ingest.protocol.messages import (
     PartitionData,
 )
 from ingest.protocol.schema import ArrayOf, Kind, Message, Request, Response, Struct, struct_fields
+from ingest.testing import message_definition
 from tests.protocol.protocol_samples import MESSAGE_TYPES, MESSAGE_VERSIONS, sample
 
 SEEDS = range(4)
@@ -179,29 +178,11 @@ def test_unsupported_versions_are_refused() -> None:
 
 # -- conformance with Kafka's JSON message definitions --------------------------------
 
-KAFKA_GIT = Path("/work/.mirror/apache+kafka/repo")
-MESSAGE_DIR = "clients/src/main/resources/common/message"
-
 
 def _kafka_json(name: str) -> dict[str, Any]:
-    """Kafka's definition of ``name``: from the fetched apache/kafka repo, else from the
-    copy kafka-python ships. Read at test time only, never stored in this repo."""
-    text = None
-    if KAFKA_GIT.exists():
-        result = subprocess.run(
-            ["git", "-C", str(KAFKA_GIT), "show", f"HEAD:{MESSAGE_DIR}/{name}.json"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode == 0:
-            text = result.stdout
-    if text is None:
-        kafka_python = pytest.importorskip("kafka")
-        path = Path(kafka_python.__file__).parent / "protocol/schemas/resources" / f"{name}.json"
-        if not path.exists():
-            pytest.skip(f"no Kafka JSON definition of {name} available")
-        text = path.read_text()
+    """Kafka's definition of ``name``, from the kafka-clients jar of the release the test
+    harness pins (resolved from Maven Central into the user's cache, never stored here)."""
+    text = message_definition(name)
     lines = [line for line in text.splitlines() if not line.strip().startswith("//")]
     return dict(json.loads("\n".join(lines)))
 

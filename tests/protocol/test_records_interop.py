@@ -28,8 +28,8 @@ from ingest.protocol.records import (
 )
 from ingest.testing import (
     CODECS,
-    Broker,
     ConsumedRecord,
+    KafkaCluster,
     ProducedRecord,
     Transaction,
     create_topic,
@@ -137,7 +137,9 @@ def as_consumed(topic: str, decoded: list[DecodedRecords]) -> list[ConsumedRecor
     return out
 
 
-def read_all(broker: Broker, topic: str, partitions: int, **kwargs: Any) -> list[ConsumedRecord]:
+def read_all(
+    broker: KafkaCluster, topic: str, partitions: int, **kwargs: Any
+) -> list[ConsumedRecord]:
     out: list[ConsumedRecord] = []
     for partition in range(partitions):
         out += as_consumed(topic, fetch_partition(broker.bootstrap, topic, partition, **kwargs))
@@ -168,7 +170,7 @@ def varied_records(count: int, partitions: int, tag: str) -> list[ProducedRecord
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_librdkafka_batches_decode_like_librdkafka_reads_them(
-    broker: Broker, topic: str, codec: str
+    broker: KafkaCluster, topic: str, codec: str
 ) -> None:
     create_topic(broker.bootstrap, topic, partitions=2)
     # Two produce rounds, so each partition holds several batches.
@@ -201,34 +203,60 @@ def aborted_index(log: bytes) -> list[tuple[int, int]]:
 
 
 def fetch_whole_log(bootstrap: str, topic: str) -> bytes:
-    host, port = bootstrap.rsplit(":", 1)
-    request = FetchRequest(
-        max_wait_ms=50,
-        min_bytes=1,
-        max_bytes=16 << 20,
-        isolation_level=0,
-        topics=(
-            FetchTopic(
-                topic=topic,
-                partitions=(
-                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=16 << 20),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
+    """Every batch of partition 0, read uncommitted with raw Fetches up to the high
+    watermark. Kafka answers a Fetch from one log segment at most, and a batch whose
+    timestamp is older than ``log.roll.ms`` starts a segment of its own: it takes a
+    Fetch per segment."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    log = bytearray()
+    offset, high_watermark = 0, None
     with socket.create_connection((host, int(port)), timeout=15) as sock:
-        sock.sendall(
-            encode_request(request, version=FETCH_VERSION, correlation_id=1, client_id="t")
-        )
-        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-        _, response = decode_response(1, FETCH_VERSION, _recv_exactly(sock, size))
-    assert isinstance(response, FetchResponse)
-    return bytes(response.responses[0].partitions[0].records or b"")
+        for correlation_id in range(1, 1000):
+            request = FetchRequest(
+                max_wait_ms=50,
+                min_bytes=1,
+                max_bytes=16 << 20,
+                isolation_level=0,
+                topics=(
+                    FetchTopic(
+                        topic=topic,
+                        partitions=(
+                            FetchPartition(
+                                partition=0, fetch_offset=offset, partition_max_bytes=16 << 20
+                            ),
+                        ),
+                    ),
+                ),
+                forgotten_topics_data=(),
+            )
+            sock.sendall(
+                encode_request(
+                    request, version=FETCH_VERSION, correlation_id=correlation_id, client_id="t"
+                )
+            )
+            (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+            _, response = decode_response(1, FETCH_VERSION, _recv_exactly(sock, size))
+            assert isinstance(response, FetchResponse)
+            partition = response.responses[0].partitions[0]
+            assert partition.error_code == 0, partition
+            high_watermark = partition.high_watermark
+            chunk = bytes(partition.records or b"")
+            pos = 0
+            while pos + 12 <= len(chunk):  # whole batches only; the next Fetch resumes
+                base_offset, length = struct.unpack_from(">qi", chunk, pos)
+                if pos + 12 + length > len(chunk):
+                    break
+                (last_delta,) = struct.unpack_from(">i", chunk, pos + 23)
+                log += chunk[pos : pos + 12 + length]
+                offset = base_offset + last_delta + 1
+                pos += 12 + length
+            if offset >= high_watermark:
+                return bytes(log)
+    raise AssertionError(f"no end of {topic} after 999 Fetches (at {offset} of {high_watermark})")
 
 
 def test_read_committed_matches_librdkafka_and_drops_aborted_transactions(
-    broker: Broker, topic: str
+    broker: KafkaCluster, topic: str
 ) -> None:
     create_topic(broker.bootstrap, topic, partitions=1)
 
@@ -255,10 +283,8 @@ def test_read_committed_matches_librdkafka_and_drops_aborted_transactions(
     assert len(everything) == 45
     assert read_all(broker, topic, 1) == everything
 
-    # Tansu 0.6.0 writes the ABORT marker but answers read_committed Fetches with an empty
-    # aborted_transactions list, so librdkafka (and we) return the aborted records above.
-    # Work-around: rebuild the list from the markers, as a Kafka broker's transaction index
-    # would hold it, and check the decoder then drops exactly the aborted transaction.
+    # Rebuild the aborted-transaction list from the markers, as the broker's transaction
+    # index holds it, and check the decoder then drops exactly the aborted transaction.
     log = fetch_whole_log(broker.bootstrap, topic)
     aborted = aborted_index(log)
     assert len(aborted) == 1

@@ -1,7 +1,8 @@
 """Shared pieces of the supervisor tests: configs, the CLI as a subprocess, table checks.
 
-Times: Tansu holds a JoinGroup for max(1 s, session_timeout / 2)
-(docs/test-broker.md), so the configs use a 2 s session. Every wait is a
+Times: the configs use a 2 s session, so a member that dies is noticed quickly (and, on
+Tansu, which holds a JoinGroup for max(1 s, session_timeout / 2), rebalances stay short;
+docs/kafka-compat.md). Every wait is a
 deadline on a condition, never a sleep that has to be long enough.
 """
 

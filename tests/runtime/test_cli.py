@@ -19,7 +19,7 @@ import pytest
 
 from ingest.group import Partition
 from ingest.supervisor.runtime import GroupRun
-from ingest.testing import Broker, create_topic, produce
+from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (
     Cli,
@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 PARTITIONS = 4
 
 
-def produce_range(broker: Broker, topic: str, start: int, count: int) -> None:
+def produce_range(broker: KafkaCluster, topic: str, start: int, count: int) -> None:
     produce(
         broker.bootstrap,
         topic,
@@ -48,7 +48,7 @@ def produce_range(broker: Broker, topic: str, start: int, count: int) -> None:
 
 
 def topic_and_config(
-    broker: Broker,
+    broker: KafkaCluster,
     topic: str,
     group: str,
     tmp_path: Path,
@@ -100,7 +100,7 @@ def run_with_first_batch_held(path: Path, log: Path, *, seconds: float) -> Cli:
 
 
 def test_continuous_run_lands_new_data_and_a_sigterm_stops_it_cleanly(
-    broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     path = topic_and_config(
         broker, topic, group, tmp_path, 3000, sections={"metrics": {"listen": "127.0.0.1:0"}}
@@ -167,7 +167,7 @@ def test_continuous_run_lands_new_data_and_a_sigterm_stops_it_cleanly(
 
 
 def test_a_sigterm_mid_batch_lets_the_batch_finish_then_commits_and_leaves(
-    broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     path = topic_and_config(broker, topic, group, tmp_path, 20_000)
     # The first batch waits 8 s between writing its files and its Delta commit: the
@@ -193,7 +193,7 @@ def test_a_sigterm_mid_batch_lets_the_batch_finish_then_commits_and_leaves(
 
 
 def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
-    broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     path = topic_and_config(broker, topic, group, tmp_path, 100_000)
     # The first batch is held before its Delta commit far longer than the test takes, so
@@ -217,7 +217,7 @@ def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
 
 
 def test_a_json_log_is_json_throughout_workers_and_spark_included(
-    broker: Broker, topic: str, group: str, tmp_path: Path
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path
 ) -> None:
     """The supervisor's stderr carries its own lines, its workers' and its Spark JVM's
     (log4j's and the JVM's own words): with format = "json" each is one JSON object."""

@@ -14,7 +14,7 @@ from ingest.group import Partition
 from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.runtime import GroupRun
 from ingest.supervisor.status import collect_status
-from ingest.testing import Broker, create_topic, produce
+from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (
     Cli,
@@ -32,7 +32,9 @@ from tests.runtime.support import (
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def produce_round(broker: Broker, topic: str, partitions: range, start: int, count: int) -> None:
+def produce_round(
+    broker: KafkaCluster, topic: str, partitions: range, start: int, count: int
+) -> None:
     produce(
         broker.bootstrap,
         topic,
@@ -42,7 +44,7 @@ def produce_round(broker: Broker, topic: str, partitions: range, start: int, cou
 
 
 def test_a_second_supervisor_joins_dies_before_committing_offsets_and_the_first_takes_over(
-    broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     partitions = range(8)
     create_topic(broker.bootstrap, topic, partitions=len(partitions))
@@ -110,7 +112,7 @@ def test_a_second_supervisor_joins_dies_before_committing_offsets_and_the_first_
 
 
 def test_a_crashed_worker_restarts_and_one_crashing_at_the_same_offset_is_marked_failed(
-    broker: Broker, topic: str, group: str, tmp_path: Path, spark: Any
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path, spark: Any
 ) -> None:
     create_topic(broker.bootstrap, topic, partitions=2)
     path = write_config(

@@ -21,7 +21,7 @@ from ingest.errors import ConfigError
 from ingest.supervisor.progress import Progress
 from ingest.supervisor.replay import Position, ReplayRun
 from ingest.supervisor.runtime import GroupRun
-from ingest.testing import Broker, ProducedRecord, create_topic, produce, unique_name
+from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from tests.runtime.support import config, write_config
 
 pytestmark = pytest.mark.spark
@@ -50,7 +50,9 @@ def txn_versions(uri: Path, topic: str, cfg: Any) -> list[int | None]:
     ]
 
 
-def write(tmp_path: Path, broker: Broker, topic: str, group: str, rule: str, name: str) -> Any:
+def write(
+    tmp_path: Path, broker: KafkaCluster, topic: str, group: str, rule: str, name: str
+) -> Any:
     path = write_config(
         tmp_path / f"{name}.toml",
         bootstrap=broker.bootstrap,
@@ -81,7 +83,7 @@ def overwrite_200_to_599(cfg: Any, spark: Any) -> Any:
 
 
 def test_an_overwrite_replay_replaces_the_range_in_the_table_and_the_dead_letters(
-    broker: Broker, spark: Any, tmp_path: Path
+    broker: KafkaCluster, spark: Any, tmp_path: Path
 ) -> None:
     topic, group = unique_name("t-overwrite"), unique_name("g-overwrite")
     create_topic(broker.bootstrap, topic, partitions=2)
@@ -138,7 +140,7 @@ def test_an_overwrite_replay_replaces_the_range_in_the_table_and_the_dead_letter
     assert offsets_by_partition(dead)[0].tolist() == kept_dead.tolist()
 
 
-def test_overwrite_is_refused_in_upsert_mode(broker: Broker, tmp_path: Path) -> None:
+def test_overwrite_is_refused_in_upsert_mode(broker: KafkaCluster, tmp_path: Path) -> None:
     path = write_config(
         tmp_path / "upsert.toml",
         bootstrap=broker.bootstrap,

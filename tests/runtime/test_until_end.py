@@ -22,7 +22,7 @@ from ingest.supervisor.progress import Progress
 from ingest.supervisor.replay import Position, ReplayRun
 from ingest.supervisor.runtime import GroupRun
 from ingest.supervisor.status import collect_status
-from ingest.testing import Broker, create_topic, produce, unique_name
+from ingest.testing import KafkaCluster, create_topic, produce, unique_name
 from tests.runtime.support import (
     BASE_MS,
     assert_exact,
@@ -42,7 +42,7 @@ PER_PARTITION = 200_000
 
 
 @pytest.fixture(scope="module")
-def big_topic(broker: Broker) -> Iterator[str]:
+def big_topic(broker: KafkaCluster) -> Iterator[str]:
     topic = unique_name("t-until-end")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     started = time.monotonic()
@@ -60,7 +60,7 @@ def big_topic(broker: Broker) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def landed(
-    broker: Broker, big_topic: str, spark: Any, tmp_path_factory: pytest.TempPathFactory
+    broker: KafkaCluster, big_topic: str, spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
     """One --until-end run over the whole topic (shared by the tests below)."""
     work = tmp_path_factory.mktemp("until-end")
@@ -164,7 +164,7 @@ def test_replaying_a_time_range_into_the_live_table_adds_nothing(
 
 
 def test_a_time_range_replayed_into_a_new_table_is_exactly_that_range(
-    landed: dict[str, Any], spark: Any, tmp_path: Path, broker: Broker
+    landed: dict[str, Any], spark: Any, tmp_path: Path, broker: KafkaCluster
 ) -> None:
     cfg = config(landed["path"])
     fresh = tmp_path / "replayed"

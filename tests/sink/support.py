@@ -12,7 +12,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from ingest.handoff import HandoffStore, SegmentSealed
-from ingest.testing import Broker, ConsumedRecord, ProducedRecord
+from ingest.testing import ConsumedRecord, KafkaCluster, ProducedRecord
 from ingest.worker import EndPosition, WorkerFinished, WorkerHandle
 from tests.worker.support import sealed, worker_settings
 
@@ -68,7 +68,9 @@ class Drained:
         return [s for s in self.segments if s.partition == partition]
 
 
-def drain(broker: Broker, store: HandoffStore, topic: str, partitions: int) -> list[SegmentSealed]:
+def drain(
+    broker: KafkaCluster, store: HandoffStore, topic: str, partitions: int
+) -> list[SegmentSealed]:
     """Runs one worker per partition (concurrently) to the end of the partition."""
     handles = [
         WorkerHandle.spawn(

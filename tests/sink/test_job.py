@@ -19,7 +19,7 @@ from ingest.sink.config import TableConfig
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
-from ingest.testing import Broker, ConsumedRecord, S3Server, create_topic, produce, read_topic
+from ingest.testing import ConsumedRecord, KafkaCluster, S3Server, create_topic, produce, read_topic
 from ingest.testing import unique_name as unique
 from spark_jobs.job import Batch, run_batch
 from tests.sink.support import (
@@ -40,7 +40,7 @@ PARTITIONS = 2
 
 
 @pytest.fixture(scope="module")
-def drained(broker: Broker) -> Iterator[Drained]:
+def drained(broker: KafkaCluster) -> Iterator[Drained]:
     topic = unique("t-sink")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     produce(broker.bootstrap, topic, json_records(RECORDS))

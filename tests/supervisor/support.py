@@ -1,7 +1,8 @@
-"""Shared pieces of the membership tests against the real broker (Tansu).
+"""Shared pieces of the membership tests against the real broker (Apache Kafka; some
+also on Tansu).
 
 Times come from the session timeout: Tansu holds each JoinGroup for
-max(1 s, session_timeout / 2) (docs/test-broker.md), so a short session keeps
+max(1 s, session_timeout / 2) (docs/kafka-compat.md), so a short session keeps
 rebalances short, and every wait is a deadline on a condition, never a sleep
 that has to be long enough.
 """
@@ -29,7 +30,7 @@ from ingest.supervisor.membership import Event, GroupMember
 SESSION_MS = 2_000
 HEARTBEAT_MS = 300
 SESSION = SESSION_MS / 1000
-# A rebalance on Tansu: a JoinGroup held ~1 s, a SyncGroup, and maybe a second round.
+# A rebalance: on Tansu a JoinGroup held ~1 s, a SyncGroup, and maybe a second round.
 REBALANCE_WAIT = 15 * SESSION
 
 ASSIGNORS: dict[str, Callable[[], Assignor]] = {

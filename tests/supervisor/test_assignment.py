@@ -10,8 +10,9 @@ import pytest
 from confluent_kafka import Consumer
 
 from ingest.group import Partition, PartitionsLost, RebalanceProtocol
+from ingest.group.assignors import CooperativeStickyAssignor, RangeAssignor
 from ingest.supervisor.membership import GroupMember
-from ingest.testing import Broker, create_topic
+from ingest.testing import KafkaCluster, TansuBroker, create_topic
 from tests.supervisor.support import (
     ASSIGNORS,
     HEARTBEAT_MS,
@@ -30,7 +31,7 @@ from tests.supervisor.support import (
 PARTITIONS = 8
 # Tansu 0.6.0 delays each follower's JoinGroup by 3 s and starts a new generation whenever
 # a member's subscription bytes change, failing the others' SyncGroups for the generation
-# before (docs/test-broker.md). Our subscriptions change only when ownership does, so this
+# before (docs/kafka-compat.md). Our subscriptions change only when ownership does, so this
 # settles in one or two extra rounds; the deadline leaves room for a loaded machine.
 THREE_MEMBER_WAIT = 30 * SESSION
 
@@ -41,7 +42,7 @@ def never_shared(recorders: list[Recorder]) -> bool:
     return sum(len(o) for o in owned) == len(frozenset().union(*owned))
 
 
-def join(broker: Broker, group: str, topic: str, name: str, assignor: str) -> Recorder:
+def join(broker: KafkaCluster, group: str, topic: str, name: str, assignor: str) -> Recorder:
     member = GroupMember(
         client_config(broker.bootstrap), group_config(group, assignor=assignor), name=name
     )
@@ -65,7 +66,7 @@ def wait_for_split(
 @pytest.mark.slow
 @pytest.mark.parametrize("assignor", sorted(ASSIGNORS))
 def test_members_split_partitions_without_overlap_or_gap(
-    broker: Broker, topic: str, group: str, assignor: str
+    broker: KafkaCluster, topic: str, group: str, assignor: str
 ) -> None:
     """Two members, then a third; with cooperative-sticky the join moves only what must move."""
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
@@ -99,18 +100,21 @@ def test_members_split_partitions_without_overlap_or_gap(
 class ConfluentMember:
     """A confluent-kafka consumer in the group, polled on its own thread."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "partition.assignment.strategy": "range",
-                "session.timeout.ms": SESSION_MS,
-                "heartbeat.interval.ms": HEARTBEAT_MS,
-                "enable.auto.commit": False,
-            }
-        )
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, *, strategy: str | None = "range"
+    ) -> None:
+        settings: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": HEARTBEAT_MS,
+            "enable.auto.commit": False,
+        }
+        if strategy is not None:  # None: librdkafka's default, "range,roundrobin"
+            settings["partition.assignment.strategy"] = strategy
+        self.consumer = Consumer(settings)
         self._owned: frozenset[Partition] = frozenset()
+        self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
@@ -132,7 +136,10 @@ class ConfluentMember:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.consumer.poll(0.05)
+            message = self.consumer.poll(0.05)
+            if message is not None and message.error() is not None:
+                with self._lock:
+                    self.errors.append(message.error().name())
 
     def close(self) -> None:
         self._stop.set()
@@ -143,7 +150,7 @@ class ConfluentMember:
 @pytest.mark.slow
 @pytest.mark.parametrize("leader", ["ours", "confluent-kafka"])
 def test_our_member_and_a_confluent_kafka_consumer_share_a_range_group(
-    broker: Broker, topic: str, group: str, leader: str
+    broker: KafkaCluster, topic: str, group: str, leader: str
 ) -> None:
     """The first to join leads: its assignment must be read right by the other client."""
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
@@ -179,3 +186,55 @@ def test_our_member_and_a_confluent_kafka_consumer_share_a_range_group(
             theirs.close()
         if ours is not None:
             close_all([ours])
+
+
+def _share_with_default_assignors(bootstrap: str, topic: str, group: str) -> None:
+    create_topic(bootstrap, topic, partitions=PARTITIONS)
+    everything = partitions(topic, PARTITIONS)
+    member = GroupMember(
+        client_config(bootstrap),
+        group_config(group, assignors=(CooperativeStickyAssignor(), RangeAssignor())),
+        name="ours",
+    )
+    member.subscribe([topic])
+    ours = Recorder(member, "ours")
+    theirs: ConfluentMember | None = None
+    try:
+        pump_until([ours], lambda: ours.owned == everything, REBALANCE_WAIT, "ours alone")
+        theirs = ConfluentMember(bootstrap, group, topic, strategy=None)
+        them = theirs
+
+        def shared() -> bool:
+            mine, its = ours.owned, them.owned
+            assert not mine & its, f"both own {sorted(mine & its)}"
+            assert not them.errors, f"the broker refused librdkafka: {them.errors}"
+            return ours.stable and mine | its == everything and len(mine) == len(its) == 4
+
+        pump_until([ours], shared, REBALANCE_WAIT, "ours and librdkafka's defaults to share")
+    finally:
+        if theirs is not None:
+            theirs.close()
+        close_all([ours])
+
+
+@pytest.mark.slow
+def test_our_default_assignors_and_librdkafkas_share_a_group_on_kafka(
+    broker: KafkaCluster, topic: str, group: str
+) -> None:
+    """Ours offers (cooperative-sticky, range), librdkafka by default (range, roundrobin).
+    Kafka picks a protocol every member supports: range. Both sides are right."""
+    _share_with_default_assignors(broker.bootstrap, topic, group)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="Tansu 0.6.0 answers librdkafka's JoinGroup (range, roundrobin) with "
+    "INCONSISTENT_GROUP_PROTOCOL in a group whose member offers (cooperative-sticky, range), "
+    "although both offer range; Kafka picks range for both (docs/kafka-compat.md)",
+)
+def test_our_default_assignors_and_librdkafkas_share_a_group_on_tansu(
+    tansu: TansuBroker, topic: str, group: str
+) -> None:
+    _share_with_default_assignors(tansu.bootstrap, topic, group)

@@ -14,7 +14,7 @@ import pytest
 from ingest.group import MemberState, PartitionsLost
 from ingest.protocol.messages import HeartbeatRequest
 from ingest.supervisor.membership import GroupMember
-from ingest.testing import Broker, create_topic
+from ingest.testing import KafkaCluster, create_topic
 from tests.supervisor.member_process import MemberProcess
 from tests.supervisor.support import (
     HEARTBEAT_MS,
@@ -30,7 +30,7 @@ from tests.supervisor.support import (
 PARTITIONS = 8
 
 
-def start_pair(broker: Broker, topic: str, group: str) -> tuple[Recorder, MemberProcess]:
+def start_pair(broker: KafkaCluster, topic: str, group: str) -> tuple[Recorder, MemberProcess]:
     """Our member here and one in a child process, stable, four partitions each."""
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     everything = partitions(topic, PARTITIONS)
@@ -50,7 +50,9 @@ def start_pair(broker: Broker, topic: str, group: str) -> tuple[Recorder, Member
 
 
 @pytest.mark.slow
-def test_a_busy_main_thread_keeps_the_membership(broker: Broker, topic: str, group: str) -> None:
+def test_a_busy_main_thread_keeps_the_membership(
+    broker: KafkaCluster, topic: str, group: str
+) -> None:
     here, child = start_pair(broker, topic, group)
     try:
         generation = here.member.generation_id
@@ -72,7 +74,7 @@ def test_a_busy_main_thread_keeps_the_membership(broker: Broker, topic: str, gro
 
 @pytest.mark.slow
 def test_a_killed_member_is_evicted_after_the_session_timeout(
-    broker: Broker, topic: str, group: str
+    broker: KafkaCluster, topic: str, group: str
 ) -> None:
     here, child = start_pair(broker, topic, group)
     try:

@@ -10,7 +10,7 @@ from ingest.errors import ConfigError
 from ingest.handoff import HandoffConfig, HandoffStore
 from ingest.handoff.messages import SegmentSealed
 from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
-from ingest.testing import Broker, ProducedRecord, create_topic, produce
+from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from ingest.worker.messages import WorkerFinished, WorkerStarted
 from ingest.worker.process import WorkerHandle
 from ingest.worker.settings import EndPosition
@@ -49,8 +49,13 @@ def test_a_low_water_mark_at_or_above_the_cap_is_refused() -> None:
         GlobalBufferCap(max_bytes=10, resume_bytes=10)
 
 
+ANSWER_BYTES = 2 * MIB
+
+
 @pytest.mark.slow
-def test_two_workers_stay_under_the_global_cap_and_lose_nothing(broker: Broker, topic: str) -> None:
+def test_two_workers_stay_under_the_global_cap_and_lose_nothing(
+    broker: KafkaCluster, topic: str
+) -> None:
     per_partition = 400_000
     create_topic(broker.bootstrap, topic, partitions=2)
     produce(
@@ -71,6 +76,7 @@ def test_two_workers_stay_under_the_global_cap_and_lose_nothing(broker: Broker, 
                     end=EndPosition.latest(),
                     max_unacked_bytes=64 * MIB,
                     resume_unacked_bytes=32 * MIB,
+                    fetch={"max_bytes": ANSWER_BYTES, "partition_max_bytes": ANSWER_BYTES},
                 ),
                 store=store,
             )
@@ -124,8 +130,7 @@ def test_two_workers_stay_under_the_global_cap_and_lose_nothing(broker: Broker, 
     assert pauses >= 1
     # ~110 MiB of Arrow flows through; each worker's own cap would let 2 x 64 MiB pile up.
     # The global cap holds it to 6 MiB plus what each worker had under way when the pause
-    # landed: the answer it was decoding and the one Fetch in flight. Tansu answers ~5 MB
-    # of wire bytes whatever max_bytes says (~6.5 MiB decoded; 8 MiB with headroom).
-    # Measured here: a peak of 26-28 MiB over three runs (29-31 before a pending Pause
-    # stopped the prefetch, ingest/worker/loop.py).
-    assert most_held <= 6 * MIB + 2 * 2 * 8 * MIB
+    # landed: the answer it was decoding and the one Fetch in flight, each at most
+    # ANSWER_BYTES of wire bytes (Kafka honours max_bytes), 100 B records decoding to
+    # about 1.4x that in Arrow (2x for headroom).
+    assert most_held <= 6 * MIB + 2 * 2 * 2 * ANSWER_BYTES

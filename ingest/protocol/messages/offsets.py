@@ -49,7 +49,7 @@ class OffsetFetchResponsePartitions(Struct):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OffsetFetchResponseTopics(Struct):
-    name: str = spec(STRING, "8+", entity="topicName")
+    name: str = spec(STRING, "8-9", entity="topicName", ignorable=True)
     partitions: tuple[OffsetFetchResponsePartitions, ...] = spec(
         array(OffsetFetchResponsePartitions), "8+"
     )
@@ -84,7 +84,7 @@ class OffsetFetchRequestTopic(Struct):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OffsetFetchRequestTopics(Struct):
-    name: str = spec(STRING, "8+", entity="topicName")
+    name: str = spec(STRING, "8-9", entity="topicName", ignorable=True)
     partition_indexes: tuple[int, ...] = spec(array(INT32), "8+")
 
 
@@ -126,7 +126,7 @@ class OffsetCommitResponsePartition(Struct):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OffsetCommitResponseTopic(Struct):
-    name: str = spec(STRING, "0+", entity="topicName")
+    name: str = spec(STRING, "0-9", entity="topicName", ignorable=True)
     partitions: tuple[OffsetCommitResponsePartition, ...] = spec(
         array(OffsetCommitResponsePartition), "0+"
     )
@@ -152,7 +152,7 @@ class OffsetCommitRequestPartition(Struct):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OffsetCommitRequestTopic(Struct):
-    name: str = spec(STRING, "0+", entity="topicName")
+    name: str = spec(STRING, "0-9", entity="topicName", ignorable=True)
     partitions: tuple[OffsetCommitRequestPartition, ...] = spec(
         array(OffsetCommitRequestPartition), "0+"
     )
