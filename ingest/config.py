@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ingest.client.config import ClientConfig, SaslConfig, Secret, TlsConfig
+from ingest.ddl import check_ddl
 from ingest.errors import ConfigError
 
 
@@ -41,6 +42,15 @@ _SIZE_UNITS = {
     "k": 1024, "m": 1024**2, "g": 1024**3,
 }  # fmt: skip
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+# Spark's master URLs (Spark 4: no Mesos). Anything else fails at load, not in the JVM.
+_HOST_PORT = r"[A-Za-z0-9_.\-]+:\d{1,5}"
+SPARK_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?"
+    r"|local-cluster\[[1-9]\d*,\s*[1-9]\d*,\s*[1-9]\d*\]"
+    rf"|spark://{_HOST_PORT}(,{_HOST_PORT})*"
+    r"|yarn"
+    r"|k8s://(https?://)?[A-Za-z0-9_.\-\[\]:]+(:\d{1,5})?(/.*)?"
+)
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -402,6 +412,19 @@ def _check_consistency(config: IngestConfig) -> None:
     if config.table.value.format == "json" and not config.table.value.schema:
         raise ConfigError(
             'format "json" needs a schema (Spark DDL)', path=path, key="table.value.schema"
+        )
+    if config.table.value.schema:
+        try:
+            check_ddl(config.table.value.schema)
+        except ConfigError as exc:
+            raise ConfigError(str(exc), path=path, key="table.value.schema") from None
+    if not SPARK_MASTER.fullmatch(config.spark.master):
+        raise ConfigError(
+            f"expected a Spark master URL (local, local[N], local[*], local[N,F], "
+            f"local-cluster[N,C,M], spark://host:port, yarn, k8s://...), "
+            f"got {config.spark.master!r}",
+            path=path,
+            key="spark.master",
         )
     if config.worker.resume_unacked_bytes >= config.worker.max_unacked_bytes:
         raise ConfigError(

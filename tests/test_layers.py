@@ -9,19 +9,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # What each part of the package may import from the others; everything else is a
-# higher layer. Shared modules at the top (errors, faults, logs, processes, jars) import no
-# part but errors.
+# higher layer. Shared modules at the top (errors, faults, logs, processes, jars, ddl) import
+# no part but errors.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "faults": set(),
     "logs": set(),
     "processes": set(),
     "jars": {"errors"},
+    "ddl": {"errors"},
     "protocol": {"errors"},
     "client": {"errors", "protocol"},
     "group": {"errors", "protocol"},
     "handoff": {"errors", "protocol"},
-    "config": {"errors", "client"},
+    "config": {"errors", "ddl", "client"},
     "worker": {"errors", "logs", "protocol", "client", "handoff"},
     "sink": {"errors", "protocol", "handoff"},
     "spark_jobs": {"errors", "faults", "protocol", "handoff", "sink"},

@@ -260,8 +260,23 @@ uri = "/tmp/ingest-bad-config-table"
         (lambda t: t + "[trigger]\nmax_byte = '1MiB'\n", "trigger.max_byte", "unknown key"),
         (lambda t: t + "[tabel]\nuri = 'x'\n", "tabel", "unknown"),
         (lambda t: t.replace("[table]", "[table]\nmode = 'upsrt'"), "table.mode", "upsrt"),
+        (
+            lambda t: t + "[table.value]\nformat = 'json'\nschema = 'id BIGINTT, v STRING'\n",
+            "table.value.schema",
+            "unknown type 'BIGINTT'",
+        ),
+        (lambda t: t + "[spark]\nmaster = 'locall[2]'\n", "spark.master", "'locall[2]'"),
     ],
-    ids=["missing-key", "wrong-type", "bad-size", "unknown-key", "unknown-section", "bad-enum"],
+    ids=[
+        "missing-key",
+        "wrong-type",
+        "bad-size",
+        "unknown-key",
+        "unknown-section",
+        "bad-enum",
+        "bad-ddl-type",
+        "bad-spark-master",
+    ],
 )
 def test_bad_configs_exit_2_naming_file_and_key_at_once(
     tmp_path: Path, edit: Any, where: str, says: str
