@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import Callable
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -28,21 +27,11 @@ from ingest.handoff.store import (
     HandoffError,
     HandoffLocation,
 )
-from ingest.protocol.records import RECORD_SCHEMA
+from ingest.protocol.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
 
 __all__ = ["SegmentWriter"]
 
 log = logging.getLogger("ingest.handoff")
-
-_OFFSET_COLUMN = RECORD_SCHEMA.get_field_index("offset")
-_TIMESTAMP_COLUMN = RECORD_SCHEMA.get_field_index("timestamp")
-
-
-def _int64_values(array: pa.Array) -> np.ndarray:
-    """The int64 values of a non-null fixed-width column, without a copy."""
-    return np.frombuffer(
-        array.buffers()[1], dtype=np.int64, count=len(array), offset=array.offset * 8
-    )
 
 
 class _OpenSegment:
@@ -148,8 +137,8 @@ class SegmentWriter:
         if rows == 0:
             return
         segment = self._open or self._start(batch)
-        offsets = _int64_values(batch.column(_OFFSET_COLUMN))
-        timestamps = _int64_values(batch.column(_TIMESTAMP_COLUMN))
+        offsets = int64_values(batch.column(OFFSET_COLUMN))
+        timestamps = int64_values(batch.column(TIMESTAMP_COLUMN))
         first = int(offsets[0])
         if first <= segment.last_offset or first < segment.from_offset:
             raise HandoffError(
@@ -168,7 +157,7 @@ class SegmentWriter:
         segment.max_timestamp = max(segment.max_timestamp, int(timestamps.max()))
 
     def _start(self, batch: pa.RecordBatch) -> _OpenSegment:
-        first = int(_int64_values(batch.column(_OFFSET_COLUMN))[0])
+        first = int(int64_values(batch.column(OFFSET_COLUMN))[0])
         name = f"{first:020d}-{uuid.uuid4().hex[:8]}"
         segment_id = f"{self.topic}/{self.partition}/{name}"
         final_path = self.location.path_of(segment_id)

@@ -100,11 +100,14 @@ except ImportError as exc:  # pragma: no cover - only without a build
 __all__ = [
     "DEFAULT_MAX_BATCH_BYTES",
     "HEADER_TYPE",
+    "OFFSET_COLUMN",
     "RECORD_SCHEMA",
+    "TIMESTAMP_COLUMN",
     "CorruptBatch",
     "DecodedRecords",
     "crc32c",
     "decode_records",
+    "int64_values",
 ]
 
 HEADER_STRUCT = pa.struct(
@@ -126,6 +129,18 @@ RECORD_SCHEMA = pa.schema(
         pa.field("headers", HEADER_TYPE, nullable=False),
     ]
 )
+# Where the columns that the worker and the handoff read as numbers sit in RECORD_SCHEMA.
+OFFSET_COLUMN = RECORD_SCHEMA.get_field_index("offset")
+TIMESTAMP_COLUMN = RECORD_SCHEMA.get_field_index("timestamp")
+
+
+def int64_values(array: pa.Array) -> np.ndarray:
+    """The values of a non-null 64-bit column of ``RECORD_SCHEMA`` (``offset``, or
+    ``timestamp`` in ms) as a numpy view of its buffer, without a copy."""
+    return np.frombuffer(
+        array.buffers()[1], dtype=np.int64, count=len(array), offset=array.offset * 8
+    )
+
 
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 

@@ -1,19 +1,14 @@
 """Partition workers: one process per partition fetching into Arrow IPC segments.
 
-``fetcher.py`` is the fetch loop (start positions, Fetch, decoding, recovery,
-KIP-227 sessions), ``loop.py`` drives it into a ``SegmentWriter`` under controls
-and backpressure, ``process.py`` runs that in a spawned process and gives the
-parent a ``WorkerHandle``.
+``fetcher.py`` is the fetch loop (Fetch, decoding, recovery) over
+``positions.py`` (start and end positions; the broker answers checked rather than
+trusted), ``session.py`` (the KIP-227 fetch session), ``window.py`` (cutting an
+answer to the run) and ``results.py`` (what a poll returns); ``loop.py`` drives
+it into a ``SegmentWriter`` under controls and backpressure, ``process.py`` runs
+that in a spawned process and gives the parent a ``WorkerHandle``.
 """
 
-from ingest.worker.fetcher import (
-    CorruptRange,
-    FetchResult,
-    FetchSession,
-    OffsetReset,
-    PartitionFetcher,
-    UnreadableCorruption,
-)
+from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.loop import ControlInbox, PartitionWorker
 from ingest.worker.messages import (
     BackpressureChanged,
@@ -31,7 +26,9 @@ from ingest.worker.messages import (
     WorkerFinished,
     WorkerStarted,
 )
-from ingest.worker.process import WorkerHandle, prestart_fork_server, spawn_workers
+from ingest.worker.process import WorkerHandle, prestart_fork_server
+from ingest.worker.results import CorruptRange, FetchResult, OffsetReset, UnreadableCorruption
+from ingest.worker.session import FetchSession
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition, WorkerSettings
 
 __all__ = [
@@ -63,5 +60,4 @@ __all__ = [
     "WorkerSettings",
     "WorkerStarted",
     "prestart_fork_server",
-    "spawn_workers",
 ]

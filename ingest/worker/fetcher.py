@@ -1,4 +1,4 @@
-"""The fetch loop of one partition: start position, Fetch requests, decoding, recovery.
+"""The fetch loop of one partition: Fetch requests, decoding, recovery.
 
 ``PartitionFetcher.poll()`` sends a Fetch to the partition's leader, decodes
 the answer into one Arrow RecordBatch (``ingest.protocol.records``) and moves
@@ -7,25 +7,10 @@ returning, so the broker works on it while the caller writes the batch out;
 only one Fetch is ever in flight, and the position only moves when an answer
 has been processed, so an unprocessed prefetch can always be dropped.
 
-Start positions, and how they stay right on brokers that answer ListOffsets
-wrongly (the test broker, Tansu 0.6.0, does; docs/kafka-compat.md):
-
-* committed offset: used as given; if it is out of range, ``auto_offset_reset``.
-* earliest: ListOffsets(EARLIEST).
-* latest: ListOffsets(LATEST), then a Fetch at that offset; the start is the
-  larger of the ListOffsets answer and that Fetch's high watermark (its last
-  stable offset for read_committed). On Kafka they are equal; Tansu answers
-  ListOffsets with the newest batch's base offset + 1, which is too small,
-  while its Fetch high watermark is right.
-* timestamp: ListOffsets(T), then, in the decoded batches, records are skipped
-  until the first one whose timestamp is >= T. On Kafka the answer already is
-  that record, so nothing is skipped; Tansu looks up the time a batch was
-  stored, which is at or after its records' CreateTime, so its answer is at or
-  before the right record and the skip corrects it. (Not correctable this way:
-  a broker answering too late, e.g. a producer clock ahead of Tansu's.)
-  "Skip until the first match" rather than "drop every record below T" keeps
-  Kafka's meaning when timestamps are out of order: everything after the
-  start record is read.
+Its parts: ``positions.py`` resolves the start and end (and where a reset
+goes), with every broker answer it does not trust checked in one section;
+``session.py`` is the KIP-227 fetch session (used when the broker grants one)
+and the shape of the Fetch; ``window.py`` cuts decoded batches to the run.
 
 Errors: OFFSET_OUT_OF_RANGE applies ``auto_offset_reset`` (logged with both
 offsets and returned as an ``OffsetReset``); leader errors drop the leader
@@ -35,9 +20,7 @@ doubles the size (up to ``max_fetch_bytes_limit``) instead of stalling; corrupt
 batches come back as ``CorruptRange`` with their raw bytes and the position
 moves past them. Broken framing whose end cannot be read cannot be skipped
 without guessing, so it is reported and raised (``UnreadableCorruption``).
-
-Incremental fetch sessions (KIP-227) are used when the broker grants one;
-``FetchSession`` is the client's state machine, as in Kafka's Java client.
+read_committed: the broker's side of it is checked (``_check_transactions``).
 """
 
 from __future__ import annotations
@@ -45,9 +28,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
 from ingest.client.backoff import Backoff
@@ -62,194 +44,20 @@ from ingest.errors import (
     ProtocolError,
 )
 from ingest.protocol.error_codes import ErrorCode, error_for
-from ingest.protocol.messages import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    FetchPartition,
-    FetchRequest,
-    FetchResponse,
-    FetchTopic,
-    PartitionData,
-)
-from ingest.protocol.records import RECORD_SCHEMA, DecodedRecords, decode_records
+from ingest.protocol.messages import FetchResponse, PartitionData
+from ingest.protocol.records import DecodedRecords, decode_records
+from ingest.worker.positions import PastLogEndWatch, PositionResolver
+from ingest.worker.results import CorruptRange, FetchResult, OffsetReset, corrupt_ranges
+from ingest.worker.session import SESSION_ERRORS, FetchSession, fetch_request, partition_data
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition
+from ingest.worker.window import cut_at_end, cut_at_timestamp, skip_before_timestamp
 
-__all__ = [
-    "CorruptRange",
-    "FetchResult",
-    "FetchSession",
-    "OffsetReset",
-    "PartitionFetcher",
-    "UnreadableCorruption",
-]
+__all__ = ["PartitionFetcher"]
 
 log = logging.getLogger("ingest.worker")
 
-FINAL_EPOCH = -1
-INITIAL_EPOCH = 0
-_INT32_MAX = 2**31 - 1
-_SESSION_ERRORS = frozenset(
-    {
-        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
-        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
-    }
-)
-_OFFSET_COLUMN = RECORD_SCHEMA.get_field_index("offset")
-_TIMESTAMP_COLUMN = RECORD_SCHEMA.get_field_index("timestamp")
-_PROBE_MAX_WAIT_MS = 10
 # Frame overhead kept free below max_frame_size when a fetch size grows.
 _FRAME_HEADROOM = 64 * 1024
-
-PartitionState = tuple[int, int, int]  # fetch_offset, partition_max_bytes, leader epoch
-
-
-@dataclass(frozen=True, slots=True)
-class CorruptRange:
-    """Offsets of a batch that could not be decoded, with its exact bytes."""
-
-    first_offset: int
-    last_offset: int | None
-    raw: bytes
-    reason: str
-    kind: str
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetReset:
-    old_offset: int
-    new_offset: int
-    policy: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """What one poll produced. ``batch`` is None when no record came back."""
-
-    batch: pa.RecordBatch | None
-    position: int
-    high_watermark: int
-    corrupt: tuple[CorruptRange, ...] = ()
-    resets: tuple[OffsetReset, ...] = ()
-    finished: bool = False
-    fetched_bytes: int = 0
-
-    @property
-    def rows(self) -> int:
-        return 0 if self.batch is None else self.batch.num_rows
-
-
-class UnreadableCorruption(CorruptBatchError):
-    """Broken framing at the fetch position: its end cannot be read, so the rest of
-    the partition cannot be reached without guessing. ``corrupt`` is the report."""
-
-    def __init__(self, message: str, corrupt: CorruptRange) -> None:
-        super().__init__(message, base_offset=corrupt.first_offset)
-        self.corrupt = corrupt
-
-
-def _int64_values(array: pa.Array) -> np.ndarray:
-    return np.frombuffer(
-        array.buffers()[1], dtype=np.int64, count=len(array), offset=array.offset * 8
-    )
-
-
-# -- KIP-227 ----------------------------------------------------------------------------
-
-
-def next_epoch(epoch: int) -> int:
-    if epoch < 0:
-        return FINAL_EPOCH
-    return 1 if epoch == _INT32_MAX else epoch + 1
-
-
-class FetchSession:
-    """The client side of an incremental fetch session for one partition on one broker.
-
-    Pure: the fetcher asks ``next_request`` what to send and reports answers
-    and failures. Mirrors Kafka's FetchSessionHandler: a full fetch with epoch
-    0 asks the broker for a session; a non-zero session id in the answer grants
-    it and later requests are incremental (epoch 1, 2, ... wrapping to 1), naming
-    the partition only when its fetch state changed. FETCH_SESSION_ID_NOT_FOUND
-    starts over with (0, 0); other errors and lost connections ask to close the
-    session and open a new one (same id, epoch 0). A broker that never grants a
-    session (answers 0) just gets full fetches. Disabled, every request is a
-    session-less full fetch (0, -1).
-    """
-
-    def __init__(self, *, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.session_id = 0
-        self.epoch = INITIAL_EPOCH if enabled else FINAL_EPOCH
-        self._held: PartitionState | None = None  # what the broker's session holds
-        self._pending: PartitionState | None = None
-        self._pending_full = True
-        self.sessions_granted = 0
-
-    def __repr__(self) -> str:
-        return f"FetchSession(id={self.session_id}, epoch={self.epoch})"
-
-    @property
-    def is_full(self) -> bool:
-        return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
-
-    def next_request(self, state: PartitionState) -> tuple[int, int, bool]:
-        """(session_id, session_epoch, include the partition) for the next Fetch."""
-        full = self.is_full
-        self._pending = state
-        self._pending_full = full
-        return self.session_id, self.epoch, full or state != self._held
-
-    def on_response(self, error_code: int, session_id: int) -> None:
-        """An answer arrived with this top-level error code and session id."""
-        if not self.enabled:
-            return
-        if error_code:
-            if error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
-                self.session_id, self.epoch = 0, INITIAL_EPOCH
-            else:
-                self.epoch = INITIAL_EPOCH
-            self._held = None
-            return
-        if session_id == 0:
-            # No session granted, or the broker closed ours: full fetches from now on.
-            self.session_id, self.epoch, self._held = 0, INITIAL_EPOCH, None
-            return
-        if self._pending_full:
-            self.session_id, self.epoch = session_id, 1
-            self.sessions_granted += 1
-        else:
-            self.epoch = next_epoch(self.epoch)
-        self._held = self._pending
-
-    def on_transport_error(self) -> None:
-        """The request or its answer was lost: close the session, try a new one."""
-        if self.enabled:
-            self.epoch = INITIAL_EPOCH
-        self._held = None
-
-    def reset(self) -> None:
-        """A different broker (a new leader): no session there yet."""
-        self.session_id = 0
-        self.epoch = INITIAL_EPOCH if self.enabled else FINAL_EPOCH
-        self._held = None
-
-
-# -- the fetcher ------------------------------------------------------------------------
-
-
-@dataclass
-class FetcherStats:
-    fetches: int = 0
-    fetched_bytes: int = 0
-    records: int = 0
-    empty_fetches: int = 0
-    errors: int = 0
-    reconnects: int = 0
-    size_raises: int = 0
-    session_fetches: int = 0
-    error_names: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +100,9 @@ class PartitionFetcher:
             clock=clock,
         )
         self.session = FetchSession(enabled=settings.incremental_sessions)
+        self.positions = PositionResolver(
+            cluster, self.tp, settings, lambda: (self.partition_max_bytes, self.max_bytes)
+        )
         self.position: int | None = None
         self.high_watermark = -1
         self.last_stable_offset = -1
@@ -307,8 +118,7 @@ class PartitionFetcher:
         self._connection: BrokerConnection | None = None
         self._sent: _Sent | None = None
         self._throttled_until = float("-inf")
-        self._warned_past_end = False
-        self.stats = FetcherStats()
+        self._past_log_end = PastLogEndWatch(self.tp)
 
     def __repr__(self) -> str:
         return (
@@ -333,30 +143,11 @@ class PartitionFetcher:
         if self.position is not None:
             return self.position
         start = self.start_position
-        if start.kind == "offset":
-            assert start.value is not None
-            position = start.value
-        elif start.kind == "earliest":
-            position = self._list_offset(EARLIEST_TIMESTAMP)
-        elif start.kind == "latest":
-            position = self.latest_offset()
-        else:
-            assert start.value is not None
-            listed = self._list_offset(start.value)
-            if listed < 0:
-                # No record at or after T yet: start at the end, as Kafka consumers do.
-                position = self.latest_offset()
-            else:
-                position = listed
-                self.seek_timestamp = start.value
-        end = self.end_position
-        if end is not None:
-            if end.kind == "offset":
-                self.end_offset = end.value
-            else:
-                self.end_offset = self.latest_offset()
-                if end.kind == "timestamp":
-                    self.end_timestamp = end.value
+        resolved = self.positions.resolve(start, self.end_position)
+        position = resolved.position
+        self.seek_timestamp = resolved.skip_before_timestamp
+        self.end_offset = resolved.end_offset
+        self.end_timestamp = resolved.end_timestamp
         self.position = position
         self._open_transactions = {}
         if self.end_offset is not None and position >= self.end_offset:
@@ -371,57 +162,10 @@ class PartitionFetcher:
         )
         return position
 
-    def _list_offset(self, timestamp: int) -> int:
-        listed = self.cluster.list_offsets(
-            {self.tp: timestamp}, isolation_level=self.settings.isolation_code
-        )
-        return listed[self.tp].offset
-
     def latest_offset(self) -> int:
         """The end of the partition: ListOffsets(LATEST), checked against a Fetch's high
         watermark (last stable offset for read_committed), whichever is larger."""
-        listed = self._list_offset(LATEST_TIMESTAMP)
-        probe_at = max(listed, 0)
-
-        def probe() -> int:
-            connection = self.cluster.leader_connection(self.topic, self.partition)
-            # min_bytes 0 answers at once; max_wait_ms is not 0 because Tansu 0.6.0 then
-            # answers with no partition at all.
-            request = self._request(
-                probe_at,
-                session_id=0,
-                epoch=FINAL_EPOCH,
-                include=True,
-                max_wait_ms=_PROBE_MAX_WAIT_MS,
-                min_bytes=0,
-            )
-            context = f"{connection.describe()}, Fetch (end probe) of {self.tp}"
-            response = expect_response(
-                self.cluster.request(connection, request), FetchResponse, context
-            )
-            data = self._partition_data(response)
-            if data is None:
-                raise ProtocolError(f"{context}: the answer does not name the partition")
-            if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                return -1  # the probe offset is past the log: ListOffsets is all we have
-            if data.error_code:
-                info = error_for(data.error_code)
-                self.cluster.note_error(data.error_code, self.topic)
-                raise BrokerError(info.code, info.name, info.retriable, context=context)
-            if self.settings.read_committed and data.last_stable_offset >= 0:
-                return data.last_stable_offset
-            return data.high_watermark
-
-        end = self.cluster.retrying(f"Fetch end probe of {self.tp}", probe)
-        if end != listed:
-            log.info(
-                "%s: ListOffsets says the end is %d, a Fetch says %d; using %d",
-                self.tp,
-                listed,
-                end,
-                max(listed, end),
-            )
-        return max(listed, end)
+        return self.positions.latest()
 
     # -- polling ------------------------------------------------------------------------
 
@@ -485,41 +229,6 @@ class PartitionFetcher:
             fetched_bytes=fetched_bytes,
         )
 
-    def _request(
-        self,
-        fetch_offset: int,
-        *,
-        session_id: int,
-        epoch: int,
-        include: bool,
-        max_wait_ms: int | None = None,
-        min_bytes: int | None = None,
-    ) -> FetchRequest:
-        topics: tuple[FetchTopic, ...] = ()
-        if include:
-            topics = (
-                FetchTopic(
-                    topic=self.topic,
-                    partitions=(
-                        FetchPartition(
-                            partition=self.partition,
-                            fetch_offset=fetch_offset,
-                            partition_max_bytes=self.partition_max_bytes,
-                        ),
-                    ),
-                ),
-            )
-        return FetchRequest(
-            max_wait_ms=self.settings.max_wait_ms if max_wait_ms is None else max_wait_ms,
-            min_bytes=self.settings.min_bytes if min_bytes is None else min_bytes,
-            max_bytes=self.max_bytes,
-            isolation_level=self.settings.isolation_code,
-            session_id=session_id,
-            session_epoch=epoch,
-            topics=topics,
-            forgotten_topics_data=(),
-        )
-
     def _send(self) -> None:
         assert self.position is not None and self._sent is None
         connection = self.cluster.leader_connection(self.topic, self.partition)
@@ -531,7 +240,17 @@ class PartitionFetcher:
         session_id, epoch, include = self.session.next_request(
             (self.position, self.partition_max_bytes, -1)
         )
-        request = self._request(self.position, session_id=session_id, epoch=epoch, include=include)
+        request = fetch_request(
+            self.topic,
+            self.partition,
+            self.position,
+            self.settings,
+            partition_max_bytes=self.partition_max_bytes,
+            max_bytes=self.max_bytes,
+            session_id=session_id,
+            epoch=epoch,
+            include=include,
+        )
         timeout = self.cluster.config.request_timeout + self.settings.max_wait_ms / 1000
         try:
             ticket = connection.send(request, timeout=timeout)
@@ -554,23 +273,17 @@ class PartitionFetcher:
         except (KafkaConnectionError, ProtocolError):
             self.session.on_transport_error()
             raise
-        self.stats.fetches += 1
-        if sent.incremental:
-            self.stats.session_fetches += 1
         if response.throttle_time_ms > 0:
             # KIP-219: the broker answered at once and expects us to hold back this long.
             self._throttled_until = self._clock() + response.throttle_time_ms / 1000
         self.session.on_response(response.error_code, response.session_id)
         if response.error_code:
             info = error_for(response.error_code)
-            retriable = info.retriable or response.error_code in _SESSION_ERRORS
-            error = BrokerError(info.code, info.name, retriable, context=context)
-            if response.error_code in _SESSION_ERRORS:
+            if response.error_code in SESSION_ERRORS:
                 log.info("%s: %s; the next Fetch is a full one", context, info.name)
-                self.stats.errors += 1
                 return self._empty()
-            raise error
-        data = self._partition_data(response)
+            raise BrokerError(info.code, info.name, info.retriable, context=context)
+        data = partition_data(response, self.topic, self.partition)
         if data is None:
             if sent.incremental:
                 return self._empty()  # an incremental answer leaves out what did not change
@@ -587,23 +300,13 @@ class PartitionFetcher:
         self.high_watermark = data.high_watermark
         self.last_stable_offset = data.last_stable_offset
         self.log_start_offset = data.log_start_offset
-        if sent.fetch_offset > data.high_watermark >= 0 and not self._warned_past_end:
-            # Kafka answers OFFSET_OUT_OF_RANGE past the log end (and waits between the high
-            # watermark and the log end); Tansu 0.6.0 just answers nothing, forever.
-            self._warned_past_end = True
-            log.warning(
-                "%s: fetch offset %d is past the high watermark %d; waiting for records",
-                self.tp,
-                sent.fetch_offset,
-                data.high_watermark,
-            )
+        self._past_log_end.check(sent.fetch_offset, data.high_watermark)
         aborted: Sequence[tuple[int, int]] | None = None
         if self.settings.read_committed and data.aborted_transactions:
             aborted = [(t.producer_id, t.first_offset) for t in data.aborted_transactions]
         records = data.records
         size = 0 if records is None else len(records)
         if size == 0:
-            self.stats.empty_fetches += 1
             self._backoff.succeeded()
             return self._empty()
         assert records is not None
@@ -621,7 +324,6 @@ class PartitionFetcher:
         del response, data, records
         if self.settings.read_committed:
             self._check_transactions(decoded)
-        self.stats.fetched_bytes += size
         self._backoff.succeeded()
         return self._advance(decoded, sent.fetch_offset, size)
 
@@ -653,20 +355,9 @@ class PartitionFetcher:
             )
         self._open_transactions = dict(decoded.open_transactions)
 
-    def _partition_data(self, response: FetchResponse) -> PartitionData | None:
-        for topic in response.responses:
-            if topic.topic and topic.topic != self.topic:
-                continue
-            for data in topic.partitions:
-                if data.partition_index == self.partition:
-                    return data
-        return None
-
     def _partition_error(self, data: PartitionData, sent: _Sent, context: str) -> FetchResult:
         code = data.error_code
         info = error_for(code)
-        self.stats.errors += 1
-        self.stats.error_names.append(info.name)
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             return self._reset_offset(sent.fetch_offset, data)
         if code in LEADER_ERRORS or code in (
@@ -698,9 +389,7 @@ class PartitionFetcher:
                 message=f"fetch offset {old} is out of range ({bounds}) and "
                 "auto_offset_reset is 'fail'",
             )
-        new = (
-            self._list_offset(EARLIEST_TIMESTAMP) if policy == "earliest" else self.latest_offset()
-        )
+        new = self.positions.reset_target(policy)
         reason = f"fetch offset {old} is out of range ({bounds})"
         log.warning(
             "%s: %s; auto_offset_reset=%s moves it from %d to %d", self.tp, reason, policy, old, new
@@ -713,103 +402,49 @@ class PartitionFetcher:
         return self._empty(resets=(OffsetReset(old, new, policy, reason),))
 
     def _advance(self, decoded: DecodedRecords, fetch_offset: int, size: int) -> FetchResult:
-        corrupt: list[CorruptRange] = []
-        for bad in decoded.corrupt:
-            first = fetch_offset if bad.base_offset is None else max(bad.base_offset, fetch_offset)
-            if bad.last_offset is None:
-                if decoded.next_offset is not None:
-                    continue  # the next Fetch starts there and meets it again
-                report = CorruptRange(first, None, bad.raw, bad.reason, bad.kind)
-                raise UnreadableCorruption(
-                    f"{self.tp}: unreadable record batch framing at offset {first} "
-                    f"({bad.reason}); its end cannot be read, so it cannot be skipped",
-                    report,
-                )
-            last = bad.last_offset
-            if last < fetch_offset:
-                continue
-            if self.end_offset is not None:
-                if first >= self.end_offset:
-                    continue
-                last = min(last, self.end_offset - 1)
-            corrupt.append(CorruptRange(first, last, bad.raw, bad.reason, bad.kind))
-            log.error(
-                "%s: corrupt record batch, offsets %d-%d (%s): reported, not decoded",
-                self.tp,
-                first,
-                last,
-                bad.reason,
-            )
-
+        corrupt = corrupt_ranges(decoded, fetch_offset, self.end_offset, str(self.tp))
         if decoded.next_offset is None:
             if decoded.incomplete_batch_size is not None:
                 self._grow(decoded.incomplete_batch_size, fetch_offset)
-            return self._empty(corrupt=tuple(corrupt), fetched_bytes=size)
+            return self._empty(corrupt=corrupt, fetched_bytes=size)
 
         batch: pa.RecordBatch | None = decoded.batch
         position = max(decoded.next_offset, fetch_offset)
         if batch is not None and self.seek_timestamp is not None:
-            batch = self._skip_before_timestamp(batch)
+            batch = self._skip_before_timestamp(batch, self.seek_timestamp)
         if batch is not None and self.end_offset is not None:
-            batch, position = self._cut_at_end(batch, position)
+            batch, position = cut_at_end(batch, position, self.end_offset)
         if batch is not None and self.end_timestamp is not None:
-            batch, position = self._cut_at_timestamp(batch, position, self.end_timestamp)
+            batch, position, reached = cut_at_timestamp(batch, position, self.end_timestamp)
+            if reached:
+                self.end_offset = position
         self.position = position
         if self.end_offset is not None and position >= self.end_offset:
             self.finished = True
         if batch is not None and batch.num_rows == 0:
             batch = None
-        if batch is not None:
-            self.stats.records += batch.num_rows
         return FetchResult(
             batch=batch,
             position=position,
             high_watermark=self.high_watermark,
-            corrupt=tuple(corrupt),
+            corrupt=corrupt,
             finished=self.finished,
             fetched_bytes=size,
         )
 
-    def _skip_before_timestamp(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        target = self.seek_timestamp
-        assert target is not None
-        timestamps = _int64_values(batch.column(_TIMESTAMP_COLUMN))
-        hits = np.flatnonzero(timestamps >= target)
-        if len(hits) == 0:
-            return batch.slice(0, 0)
-        self.seek_timestamp = None
-        first = int(hits[0])
-        if first:
-            offsets = _int64_values(batch.column(_OFFSET_COLUMN))
+    def _skip_before_timestamp(self, batch: pa.RecordBatch, target: int) -> pa.RecordBatch:
+        kept, reached, dropped = skip_before_timestamp(batch, target)
+        if reached:
+            self.seek_timestamp = None
+        if dropped is not None:
             log.info(
                 "%s: skipped offsets %d-%d, timestamped before %d (the start timestamp)",
                 self.tp,
-                int(offsets[0]),
-                int(offsets[first - 1]),
+                dropped[0],
+                dropped[1],
                 target,
             )
-        return batch.slice(first)
-
-    def _cut_at_end(self, batch: pa.RecordBatch, position: int) -> tuple[pa.RecordBatch, int]:
-        end = self.end_offset
-        assert end is not None
-        if position <= end:
-            return batch, position
-        offsets = _int64_values(batch.column(_OFFSET_COLUMN))
-        keep = int(np.searchsorted(offsets, end))
-        return batch.slice(0, keep), end
-
-    def _cut_at_timestamp(
-        self, batch: pa.RecordBatch, position: int, end_timestamp: int
-    ) -> tuple[pa.RecordBatch, int]:
-        timestamps = _int64_values(batch.column(_TIMESTAMP_COLUMN))
-        hits = np.flatnonzero(timestamps >= end_timestamp)
-        if len(hits) == 0:
-            return batch, position
-        cut = int(hits[0])
-        end = int(_int64_values(batch.column(_OFFSET_COLUMN))[cut])
-        self.end_offset = end
-        return batch.slice(0, cut), end
+        return kept
 
     def _grow(self, needed: int, fetch_offset: int) -> None:
         limit = min(
@@ -840,11 +475,8 @@ class PartitionFetcher:
         )
         self.partition_max_bytes = max(self.partition_max_bytes, size)
         self.max_bytes = max(self.max_bytes, size)
-        self.stats.size_raises += 1
 
     def _transport_failed(self, exc: Exception) -> None:
-        self.stats.errors += 1
-        self.stats.reconnects += 1
         self.session.on_transport_error()
         self._sent = None
         # The leader may have gone with the connection: check it before the next Fetch.
@@ -853,7 +485,5 @@ class PartitionFetcher:
         log.warning("%s: %s; resuming at offset %s in %.3fs", self.tp, exc, self.position, wait)
 
     def _retry_later(self, exc: BrokerError) -> None:
-        self.stats.errors += 1
-        self.stats.error_names.append(exc.name)
         wait = self._backoff.failed()
         log.warning("%s: %s; retrying at offset %s in %.3fs", self.tp, exc, self.position, wait)

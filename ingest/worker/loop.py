@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
 from ingest.handoff.segment import SegmentWriter
-from ingest.protocol.records import RECORD_SCHEMA
-from ingest.worker.fetcher import FetchResult, PartitionFetcher, UnreadableCorruption
+from ingest.protocol.records import OFFSET_COLUMN, int64_values
+from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.messages import (
     BackpressureChanged,
     Control,
@@ -41,12 +41,12 @@ from ingest.worker.messages import (
     WorkerFinished,
     WorkerStarted,
 )
+from ingest.worker.results import FetchResult, UnreadableCorruption
 
 __all__ = ["ControlInbox", "PartitionWorker"]
 
 log = logging.getLogger("ingest.worker")
 
-_OFFSET_COLUMN = RECORD_SCHEMA.get_field_index("offset")
 # Longest sleep while paused with no segment open; controls wake it earlier.
 _IDLE_WAIT = 1.0
 
@@ -112,7 +112,6 @@ class PartitionWorker:
         self._stop_after_seal = False
         self.records = 0
         self.segments = 0
-        self.max_unacked_seen = 0
 
     @property
     def topic(self) -> str:
@@ -221,7 +220,6 @@ class PartitionWorker:
                     kind=bad.kind,
                 )
             )
-        self.max_unacked_seen = max(self.max_unacked_seen, self.unacked_bytes)
         if self.writer.due():
             self._seal()
 
@@ -321,5 +319,4 @@ class PartitionWorker:
 
 
 def _first_offset(batch: pa.RecordBatch) -> int:
-    value: int = batch.column(_OFFSET_COLUMN)[0].as_py()
-    return value
+    return int(int64_values(batch.column(OFFSET_COLUMN))[0])

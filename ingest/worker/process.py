@@ -31,12 +31,10 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
-from collections import deque
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import Any, Self
 
 from ingest.client.cluster import Cluster
 from ingest.handoff.segment import SegmentWriter
@@ -66,7 +64,6 @@ __all__ = [
     "WORKER_PROCESS_NAME",
     "WorkerHandle",
     "prestart_fork_server",
-    "spawn_workers",
     "worker_main",
 ]
 
@@ -79,8 +76,6 @@ EXIT_FAILED = 1
 EXIT_PARENT_GONE = 3
 # How long the loop gets to stop by itself before the control thread ends the process.
 STOP_NOW_GRACE = 0.6
-
-E = TypeVar("E")
 
 
 # -- the worker's side ------------------------------------------------------------------
@@ -225,7 +220,6 @@ class WorkerHandle:
         self.last_error: WorkerFailed | None = None
         self.finished: WorkerFinished | None = None
         self.events_closed = False
-        self._pending: deque[Event] = deque()
 
     @classmethod
     def spawn(
@@ -234,7 +228,7 @@ class WorkerHandle:
         *,
         store: HandoffStore | None = None,
         ignore_sigint: bool = False,
-    ) -> WorkerHandle:
+    ) -> Self:
         """Starts a worker process for ``settings`` (a fork of the fork server)."""
         context = _context()
         control_reader, control_writer = context.Pipe(duplex=False)
@@ -255,7 +249,7 @@ class WorkerHandle:
         state = "alive" if self.alive else f"exit {self.exitcode}"
         return f"WorkerHandle({self.settings.topic}/{self.settings.partition}, pid {self.pid}, {state})"
 
-    def __enter__(self) -> WorkerHandle:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -353,11 +347,10 @@ class WorkerHandle:
 
     def receive(self, timeout: float | None = 0.0) -> list[Event]:
         """Every event available, waiting up to ``timeout`` s (None: forever) for the first."""
-        received: list[Event] = list(self._pending)
-        self._pending.clear()
+        received: list[Event] = []
         if self.events_closed:
             return received
-        wait = 0.0 if received else timeout
+        wait = timeout
         try:
             while self._events.poll(wait):
                 event = self._events.recv()
@@ -370,28 +363,6 @@ class WorkerHandle:
         except (EOFError, OSError):
             self.events_closed = True
         return received
-
-    def wait_for(self, kind: type[E], *, timeout: float, collect: list[Event] | None = None) -> E:
-        """Receives until an event of ``kind`` arrives; others go to ``collect``.
-
-        Raises TimeoutError, or RuntimeError when the worker ends first.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"{self!r}: no {kind.__name__} within {timeout}s")
-            received = self.receive(min(remaining, 0.5))
-            for index, event in enumerate(received):
-                if isinstance(event, kind):
-                    # What came after it stays for the next receive.
-                    self._pending.extendleft(reversed(received[index + 1 :]))
-                    return event
-                if collect is not None:
-                    collect.append(event)
-            if self.events_closed:
-                self.join(1.0)
-                raise RuntimeError(f"{self!r} ended before {kind.__name__}: {self.exit_reason()}")
 
     def join(self, timeout: float | None = None) -> int | None:
         self.process.join(timeout)
@@ -423,10 +394,3 @@ def prestart_fork_server() -> None:
     from multiprocessing import forkserver
 
     forkserver.ensure_running()
-
-
-def spawn_workers(
-    settings: Iterable[WorkerSettings], *, store: HandoffStore | None = None
-) -> list[WorkerHandle]:
-    """Spawns one worker per settings (all started before any is waited on)."""
-    return [WorkerHandle.spawn(item, store=store) for item in settings]

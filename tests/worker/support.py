@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import time
+from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +24,50 @@ from ingest.worker import (
     WorkerHandle,
     WorkerSettings,
 )
+
+E = TypeVar("E")
+
+
+class WatchedHandle(WorkerHandle):
+    """A ``WorkerHandle`` a test can make wait for one kind of event.
+
+    ``WatchedHandle.spawn(settings, store=store)`` starts the worker as
+    ``WorkerHandle.spawn`` does. Events received after the one waited for are held for
+    the next ``receive`` or ``wait_for``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held: deque[Event] = deque()
+
+    def receive(self, timeout: float | None = 0.0) -> list[Event]:
+        if not self._held:
+            return super().receive(timeout)
+        held = list(self._held)
+        self._held.clear()
+        return held + super().receive(0.0)
+
+    def wait_for(self, kind: type[E], *, timeout: float, collect: list[Event] | None = None) -> E:
+        """Receives until an event of ``kind`` arrives; others go to ``collect``.
+
+        Raises TimeoutError, or RuntimeError when the worker ends first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{self!r}: no {kind.__name__} within {timeout}s")
+            received = self.receive(min(remaining, 0.5))
+            for index, event in enumerate(received):
+                if isinstance(event, kind):
+                    # What came after it stays for the next receive.
+                    self._held.extendleft(reversed(received[index + 1 :]))
+                    return event
+                if collect is not None:
+                    collect.append(event)
+            if self.events_closed:
+                self.join(1.0)
+                raise RuntimeError(f"{self!r} ended before {kind.__name__}: {self.exit_reason()}")
 
 
 def worker_settings(
@@ -50,9 +96,9 @@ def worker_settings(
 
 def run_to_end(
     settings: WorkerSettings, store: HandoffStore, *, timeout: float = 60.0
-) -> tuple[list[Event], WorkerFinished, WorkerHandle]:
+) -> tuple[list[Event], WorkerFinished, WatchedHandle]:
     """Spawns a worker, collects its events until it finishes, joins it."""
-    with WorkerHandle.spawn(settings, store=store) as handle:
+    with WatchedHandle.spawn(settings, store=store) as handle:
         events: list[Event] = []
         finished = handle.wait_for(WorkerFinished, timeout=timeout, collect=events)
         assert handle.join(10) == 0, handle.exit_reason()
@@ -124,9 +170,18 @@ def assert_same_records(table: pa.Table, reference: Sequence[ConsumedRecord]) ->
     assert flat.field("value").equals(pa.array(header_values, pa.binary()))
 
 
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
+def rss_kib(pid: int) -> int | None:
+    """The process's resident set in KiB; None once it has exited, which it may do between
+    a liveness check and this read (a zombie's status has no VmRSS, a reaped one no file)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            lines = status.read().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    state = next((line.split()[1] for line in lines if line.startswith("State:")), "?")
+    if state in ("Z", "X"):
+        return None
+    raise AssertionError(f"no VmRSS for pid {pid} (state {state})")

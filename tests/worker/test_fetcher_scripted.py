@@ -16,7 +16,8 @@ import pytest
 from ingest.errors import BrokerError, ConfigError
 from ingest.protocol.messages import AbortedTransaction
 from ingest.protocol.record_builder import Record, build_batch, control_batch
-from ingest.worker.fetcher import FetchResult, PartitionFetcher, UnreadableCorruption
+from ingest.worker.fetcher import PartitionFetcher
+from ingest.worker.results import FetchResult, UnreadableCorruption
 from ingest.worker.settings import EndPosition, StartPosition
 from tests.worker.scripted import PartitionLog, ScriptedLeader, make_fetcher, values
 
@@ -40,13 +41,23 @@ def drain(
     return table, results
 
 
+def worker_warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    """The fetcher's warnings that contain ``text``."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "ingest.worker" and r.levelno == logging.WARNING and text in r.getMessage()
+    ]
+
+
 def three_batches(log: PartitionLog, *, per_batch: int = 10) -> None:
     for index in range(3):
         log.append(values(per_batch, start=index * per_batch))
 
 
 def offsets(table: pa.Table) -> list[int]:
-    return table.column("offset").to_pylist()
+    values: list[int] = table.column("offset").to_pylist()
+    return values
 
 
 def test_records_come_out_once_in_order_with_every_field() -> None:
@@ -81,7 +92,11 @@ def test_granted_sessions_go_incremental_with_rising_epochs() -> None:
     assert [f.epoch for f in incremental] == list(range(1, len(incremental) + 1))
     # The partition is named while the position moves, left out once it stops.
     assert [f.offsets for f in incremental] == [(10,), (20,), (30,), (), ()]
-    assert fetcher.stats.session_fetches == len(incremental)
+    # Every incremental answer was taken in: each moved the session's epoch on by one.
+    assert (fetcher.session.session_id, fetcher.session.epoch) == (
+        session_id,
+        len(incremental) + 1,
+    )
 
 
 def test_session_errors_fall_back_to_full_fetches_and_lose_nothing() -> None:
@@ -112,25 +127,30 @@ def test_session_errors_fall_back_to_full_fetches_and_lose_nothing() -> None:
     assert fetcher.position == 30
 
 
-def test_a_lost_connection_backs_off_and_resumes_from_the_position() -> None:
+def test_a_lost_connection_backs_off_and_resumes_from_the_position(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with ScriptedLeader(grant_sessions=True) as leader:
         three_batches(leader.log)
         leader.drop_connection_on_fetch = [2]
         fetcher = make_fetcher(
             leader, partition_max_bytes=len(leader.log.batches[0].data), end=EndPosition.offset(30)
         )
-        table, results = drain(fetcher)
+        with caplog.at_level(logging.WARNING, logger="ingest.worker"):
+            table, results = drain(fetcher)
         fetcher.cluster.close()
         accepted = leader.peer.accepted
         after_drop = leader.fetches[2]
     assert offsets(table) == list(range(30))
     assert any(r.rows == 0 and not r.finished for r in results)  # the poll that lost it
-    assert accepted == 2 and fetcher.stats.reconnects == 1
+    assert accepted == 2 and len(worker_warnings(caplog, "; resuming at offset")) == 1
     # KIP-227 after a network error: close the old session, ask for a new one.
     assert after_drop.epoch == 0 and after_drop.offsets == (10,)
 
 
-def test_a_leader_change_refreshes_metadata_and_fetches_from_the_new_leader() -> None:
+def test_a_leader_change_refreshes_metadata_and_fetches_from_the_new_leader(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     shared = PartitionLog()
     three_batches(shared)
     with ScriptedLeader(shared, node_id=1) as old, ScriptedLeader(shared, node_id=2) as new:
@@ -141,11 +161,12 @@ def test_a_leader_change_refreshes_metadata_and_fetches_from_the_new_leader() ->
         old.fetch_partition_errors = [6]  # NOT_LEADER_OR_FOLLOWER
         old.leader = (2, new.port)
         before = old.metadata_requests
-        table, _ = drain(fetcher, polls=6, prefetch=False)
+        with caplog.at_level(logging.WARNING, logger="ingest.worker"):
+            table, _ = drain(fetcher, polls=6, prefetch=False)
         fetcher.cluster.close()
         assert old.metadata_requests > before
         assert [f.offsets for f in new.fetches][:2] == [(10,), (20,)]
-    assert "NOT_LEADER_OR_FOLLOWER" in fetcher.stats.error_names
+    assert worker_warnings(caplog, "NOT_LEADER_OR_FOLLOWER")
     assert offsets(table) == list(range(10, 30))
 
 
@@ -185,14 +206,17 @@ def test_offset_out_of_range_with_fail_raises() -> None:
     assert "fetch offset 5" in str(info.value) and "log start 100" in str(info.value)
 
 
-def test_a_batch_larger_than_the_fetch_size_raises_the_size() -> None:
+def test_a_batch_larger_than_the_fetch_size_raises_the_size(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with ScriptedLeader() as leader:
         leader.truncate_oversize = True  # a broker that cuts the batch at the limit
         leader.log.append(values(5))
         big = leader.log.append(values(200, start=5, size=50))
         leader.log.append(values(5, start=205))
         fetcher = make_fetcher(leader, partition_max_bytes=1024, end=EndPosition.offset(210))
-        table, _ = drain(fetcher)
+        with caplog.at_level(logging.WARNING, logger="ingest.worker"):
+            table, _ = drain(fetcher)
         fetcher.cluster.close()
         asked = [f.partition_max_bytes[0] for f in leader.fetches if f.offsets]
     assert offsets(table) == list(range(210))
@@ -201,7 +225,7 @@ def test_a_batch_larger_than_the_fetch_size_raises_the_size() -> None:
         doubled *= 2
     assert fetcher.partition_max_bytes == doubled  # doubled up to the batch, not beyond
     assert asked[0] == 1024 and asked[-1] == fetcher.partition_max_bytes
-    assert fetcher.stats.size_raises == 1
+    assert len(worker_warnings(caplog, "larger than the fetch size")) == 1
 
 
 def test_a_batch_above_the_size_limit_is_a_config_error_not_a_stall() -> None:

@@ -12,9 +12,8 @@ from ingest.handoff.messages import SegmentSealed
 from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from ingest.worker.messages import WorkerFinished, WorkerStarted
-from ingest.worker.process import WorkerHandle
 from ingest.worker.settings import EndPosition
-from tests.worker.support import worker_settings
+from tests.worker.support import WatchedHandle, worker_settings
 
 MIB = 1024 * 1024
 
@@ -67,7 +66,7 @@ def test_two_workers_stay_under_the_global_cap_and_lose_nothing(
     cap = GlobalBufferCap(max_bytes=6 * MIB, resume_bytes=2 * MIB)
     with HandoffStore(HandoffConfig(segment_max_bytes=1 * MIB)) as store:
         handles = {
-            partition: WorkerHandle.spawn(
+            partition: WatchedHandle.spawn(
                 worker_settings(
                     broker.bootstrap,
                     store,

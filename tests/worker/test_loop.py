@@ -16,7 +16,6 @@ import pytest
 
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter
 from ingest.protocol.record_builder import build_batch
-from ingest.worker.fetcher import UnreadableCorruption
 from ingest.worker.loop import ControlInbox, PartitionWorker
 from ingest.worker.messages import (
     BackpressureChanged,
@@ -33,6 +32,7 @@ from ingest.worker.messages import (
     WorkerFinished,
     WorkerStarted,
 )
+from ingest.worker.results import FetchResult, UnreadableCorruption
 from ingest.worker.settings import EndPosition, StartPosition
 from tests.worker.scripted import TOPIC, PartitionLog, ScriptedLeader, make_fetcher, values
 
@@ -55,6 +55,26 @@ class WatchedInbox(ControlInbox):
         super().wait(timeout)
 
 
+class MeasuredWorker(PartitionWorker):
+    """Records the most unreleased bytes the worker held: after it takes in each Fetch
+    answer, and before each seal (which may come at the end of taking one in)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_unacked_seen = 0
+
+    def _measure(self) -> None:
+        self.max_unacked_seen = max(self.max_unacked_seen, self.unacked_bytes)
+
+    def _take(self, result: FetchResult) -> None:
+        super()._take(result)
+        self._measure()
+
+    def _seal(self, next_offset: int | None = None) -> None:
+        self._measure()
+        super()._seal(next_offset)
+
+
 class Running:
     """A PartitionWorker on a thread; the test plays its parent."""
 
@@ -73,7 +93,7 @@ class Running:
         self.writer = SegmentWriter(store.location, TOPIC, 0)
         self.events: queue.Queue[Event] = queue.Queue()
         self.inbox = WatchedInbox()
-        self.worker = PartitionWorker(
+        self.worker = MeasuredWorker(
             self.fetcher,
             self.writer,
             self._emit,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.worker.fetcher import FetchSession, next_epoch
+from ingest.worker.session import FetchSession, next_epoch
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
@@ -21,14 +21,14 @@ def test_a_broker_that_never_grants_gets_full_fetches_asking_for_one() -> None:
     for offset in (0, 0, 5):
         assert session.next_request((offset, 100, -1)) == (0, 0, True)
         session.on_response(0, 0)
-    assert session.sessions_granted == 0
+    assert (session.session_id, session.epoch, session.is_full) == (0, 0, True)
 
 
 def test_a_granted_session_goes_incremental_and_names_only_changes() -> None:
     session = FetchSession()
     assert session.next_request((0, 100, -1)) == (0, 0, True)
     session.on_response(0, 77)
-    assert session.sessions_granted == 1
+    assert (session.session_id, session.epoch, session.is_full) == (77, 1, False)
     # Same state as the broker holds: the partition is left out.
     assert session.next_request((0, 100, -1)) == (77, 1, False)
     session.on_response(0, 77)

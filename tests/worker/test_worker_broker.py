@@ -30,10 +30,10 @@ from ingest.worker import (
     StartPosition,
     WorkerFailed,
     WorkerFinished,
-    WorkerHandle,
     WorkerStarted,
 )
 from tests.worker.support import (
+    WatchedHandle,
     assert_same_records,
     check_tiling,
     read_segments,
@@ -189,7 +189,7 @@ def test_stop_after_seal_mid_stream_leaves_consistent_segments(
             max_unacked_bytes=8 * 1024 * 1024,
             resume_unacked_bytes=4 * 1024 * 1024,
         )
-        with WorkerHandle.spawn(settings, store=store) as handle:
+        with WatchedHandle.spawn(settings, store=store) as handle:
             events: list[Event] = []
             for _ in range(3):
                 events.append(handle.wait_for(SegmentSealed, timeout=30, collect=events))
@@ -213,7 +213,7 @@ def test_stop_now_exits_promptly_mid_stream(
     name, _ = big_topic
     with HandoffStore(HandoffConfig(segment_max_bytes=4 * 1024 * 1024)) as store:
         settings = worker_settings(broker.bootstrap, store, name)
-        with WorkerHandle.spawn(settings, store=store) as handle:
+        with WatchedHandle.spawn(settings, store=store) as handle:
             events: list[Event] = []
             events.append(handle.wait_for(SegmentSealed, timeout=30, collect=events))
             began = time.monotonic()
@@ -237,7 +237,7 @@ def test_stop_now_exits_promptly_while_blocked_in_a_long_fetch(
     settings = worker_settings(
         broker.bootstrap, store, topic, start=StartPosition.latest(), fetch={"max_wait_ms": 30_000}
     )
-    with WorkerHandle.spawn(settings, store=store) as handle:
+    with WatchedHandle.spawn(settings, store=store) as handle:
         handle.wait_for(WorkerStarted, timeout=30)
         time.sleep(0.3)  # most likely inside the long poll now
         began = time.monotonic()
@@ -251,7 +251,7 @@ def test_a_killed_worker_is_reported_dead_with_its_exit_code(
 ) -> None:
     create_topic(broker.bootstrap, topic, partitions=1)
     settings = worker_settings(broker.bootstrap, store, topic, fetch={"max_wait_ms": 100})
-    with WorkerHandle.spawn(settings, store=store) as handle:
+    with WatchedHandle.spawn(settings, store=store) as handle:
         handle.wait_for(WorkerStarted, timeout=30)
         handle.kill(signal.SIGKILL)
         assert handle.join(5) == -signal.SIGKILL
@@ -270,7 +270,7 @@ def test_a_failing_worker_reports_why_before_exiting(
         "no-such-topic",
         client={"retry_timeout": 0.5, "retry_backoff": 0.05, "retry_backoff_max": 0.1},
     )
-    with WorkerHandle.spawn(settings, store=store) as handle:
+    with WatchedHandle.spawn(settings, store=store) as handle:
         failure = handle.wait_for(WorkerFailed, timeout=30)
         assert handle.join(5) == 1
     assert failure.error_type == "BrokerError"
@@ -294,7 +294,7 @@ def test_backpressure_bounds_unreleased_bytes_and_rss_with_a_slow_consumer(
             resume_unacked_bytes=resume,
             decode_buffer_cache_bytes=decode_cache,
         )
-        with WorkerHandle.spawn(settings, store=store) as handle:
+        with WatchedHandle.spawn(settings, store=store) as handle:
             assert handle.pid is not None
             handle.wait_for(WorkerStarted, timeout=30)
             rss: list[int] = []  # KiB, sampled once per event batch
@@ -311,8 +311,9 @@ def test_backpressure_bounds_unreleased_bytes_and_rss_with_a_slow_consumer(
                     elif isinstance(event, WorkerFinished):
                         finished = event
                 most_unreleased = max(most_unreleased, sum(s.bytes for s in unreleased))
-                if handle.alive:
-                    rss.append(rss_kib(handle.pid))
+                sample = rss_kib(handle.pid) if handle.alive else None
+                if sample is not None:
+                    rss.append(sample)
                 # The slow consumer: one segment at a time, 30 ms each, then released.
                 if unreleased:
                     segment = unreleased.pop(0)
