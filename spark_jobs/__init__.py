@@ -1,6 +1,8 @@
 """The Spark job that lands handoff segments in Delta tables.
 
-``job.py`` (``Batch``, ``run_batch``, ``BatchResult``), ``source.py`` (the
+``job.py`` (``run_batch``, and ``SparkFiles``: the writer the landing protocol
+``ingest.sink.land`` is run with; ``Batch`` and ``BatchResult`` are the sink's),
+``tasks.py`` (a batch's segments cut into Spark tasks), ``source.py`` (the
 ``ingest_segments`` Python Data Source), ``decode.py`` (records to rows: types,
 offset filter, value decoding), ``daemon.py`` (Spark's Python daemon with the
 tasks' imports done before it forks). Commits go through ``ingest.sink``.

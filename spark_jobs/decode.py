@@ -60,7 +60,7 @@ class DecodeSpec:
     def __post_init__(self) -> None:
         if self.value_format == "json":
             if self.json_schema is None:
-                raise ConfigError("json values need a schema", key="table.value_schema")
+                raise ConfigError("json values need a schema", key="table.value.schema")
             taken = {*BASE_COLUMNS, "value", DEAD_LETTER_COLUMN}
             if self.date_column:
                 taken.add(self.date_column)
@@ -68,7 +68,7 @@ class DecodeSpec:
             if clashes:
                 raise ConfigError(
                     f"value fields {clashes} collide with the Kafka columns",
-                    key="table.value_schema",
+                    key="table.value.schema",
                 )
 
     def record_schema(self) -> pa.Schema:

@@ -1,6 +1,6 @@
 """The Python Data Source over handoff segments: one input partition per task, a run of
 consecutive segments of one Kafka partition, or a row range of them
-(``job.group_segments``).
+(``tasks.group_segments``).
 
 ``spark.read.format("ingest_segments").option("plan", encode_plan(plan)).load()``.
 Each task reads its segments (memory-mapped when local), drops the offsets the

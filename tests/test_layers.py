@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "handoff": {"errors", "protocol"},
     "config": {"errors", "ddl", "client"},
     "worker": {"errors", "logs", "protocol", "client", "handoff"},
-    "sink": {"errors", "protocol", "handoff"},
+    "sink": {"errors", "faults", "protocol", "handoff"},
     "spark_jobs": {"errors", "faults", "protocol", "handoff", "sink"},
     "testing": {"errors", "faults", "processes", "jars", "config", "protocol", "client"},
     "supervisor": {

@@ -75,12 +75,12 @@ class TableConfig:
         if self.value_format not in ("binary", "string", "json"):
             raise ConfigError(
                 f"must be binary, string or json, got {self.value_format!r}",
-                key="table.value_format",
+                key="table.value.format",
             )
         if self.value_format == "json" and not self.value_schema:
-            raise ConfigError("json values need a Spark DDL schema", key="table.value_schema")
+            raise ConfigError("json values need a Spark DDL schema", key="table.value.schema")
         if self.value_format != "json" and self.value_schema:
-            raise ConfigError("a value schema only applies to json", key="table.value_schema")
+            raise ConfigError("a value schema only applies to json", key="table.value.schema")
         if self.transform is not None and not self.transform.strip():
             raise ConfigError("an empty transform; leave it unset", key="table.transform")
         if self.date_column is not None and self.date_column in (*BASE_COLUMNS, "value"):

@@ -6,16 +6,26 @@ not parse as configured; ``transform``: the SQL transform marked the row in
 ``_dead_letter``; ``corrupt batch``: the record batch itself failed its checks,
 ``value`` then holds the batch's raw bytes and ``offset`` its first offset),
 the error and when ingest wrote it. The table is unpartitioned.
+
+Dead letters found by the tasks (decode failures) are written there; those found
+on the driver are built here: corrupt batches from their raw bytes
+(``corrupt_dead_letters``, ``read_corrupt_raw``), and rows refused after decoding
+(by the transform, or for a null merge key) from their raw records read back from
+the segments (``rejected_dead_letters``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
-from ingest.handoff import CorruptRangeReported
+from ingest.handoff import CorruptRangeReported, SegmentSealed, read_segment
+from ingest.sink.txn import PartitionKey, or_minus_one
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
@@ -23,8 +33,11 @@ __all__ = [
     "STAGE_CORRUPT",
     "STAGE_DECODE",
     "STAGE_TRANSFORM",
+    "Rejected",
     "corrupt_dead_letters",
     "dead_letters",
+    "read_corrupt_raw",
+    "rejected_dead_letters",
 ]
 
 STAGE_DECODE = "decode"
@@ -36,6 +49,9 @@ HEADERS_TYPE = pa.list_(
     pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 )
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+# A row refused after decoding: topic, partition, offset, why.
+Rejected = tuple[str, int, int, str]
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -113,3 +129,51 @@ def corrupt_dead_letters(
         )
         rows["ingest_time"].append(moment)
     return pa.table(rows, schema=DEAD_LETTER_SCHEMA)
+
+
+def read_corrupt_raw(uri: str, options: Mapping[str, Any]) -> bytes:
+    """The raw bytes of a corrupt batch, from the side file its report names."""
+    if "://" not in uri or uri.startswith("file://"):
+        with open(uri.removeprefix("file://"), "rb") as raw:
+            return raw.read()
+    scheme, _, rest = uri.partition("://")
+    filesystem = (
+        pafs.S3FileSystem(**options) if scheme == "s3" else pafs.FileSystem.from_uri(uri)[0]
+    )
+    with filesystem.open_input_stream(rest if scheme == "s3" else uri) as stream:
+        return bytes(stream.read())
+
+
+def rejected_dead_letters(
+    segments: Sequence[SegmentSealed],
+    rejected: Sequence[Rejected],
+    stage: str,
+    *,
+    skip_through: Mapping[PartitionKey, int | None],
+    storage_options: Mapping[str, Any],
+    ingest_time: dt.datetime,
+) -> pa.Table:
+    """Dead letters of rows refused after decoding, with their raw records read back
+    from ``segments``: the rows themselves may no longer hold the raw value, key and
+    headers. Rows at or below their partition's ``skip_through`` (the dead-letter
+    table's txn version) are there already."""
+    wanted: dict[PartitionKey, dict[int, str]] = {}
+    for topic, partition, offset, message in rejected:
+        if offset > or_minus_one(skip_through[(topic, partition)]):
+            wanted.setdefault((topic, partition), {})[offset] = message
+    pieces: list[pa.Table] = []
+    for segment in segments:
+        offsets = wanted.get((segment.topic, segment.partition))
+        if not offsets or not any(
+            segment.first_offset <= o <= segment.last_offset for o in offsets
+        ):
+            continue
+        records = read_segment(segment.uri, storage_options=storage_options)
+        chosen = records.filter(
+            pc.is_in(records.column("offset"), pa.array(list(offsets), pa.int64()))
+        )
+        messages = [offsets[o] for o in chosen.column("offset").to_pylist()]
+        pieces.append(dead_letters(chosen, stage, messages, ingest_time=ingest_time))
+    if not pieces:
+        return DEAD_LETTER_SCHEMA.empty_table()
+    return pa.concat_tables(pieces)

@@ -39,6 +39,7 @@ __all__ = [
     "delta_stats",
     "read_data_file_footer",
     "sources_of",
+    "write_data_file",
     "write_data_files",
     "write_parquet",
 ]
@@ -266,7 +267,7 @@ def write_data_files(
     retried task overwrites its own files instead of leaving orphans."""
     if table.num_rows == 0:
         return []
-    filesystem, root = location.filesystem()
+    opened = location.filesystem()
     written: list[DataFile] = []
     for number, (values, part) in enumerate(_split_by_partition(table, partition_by)):
         directory = "/".join(p for p in (prefix.strip("/"), _directory(values)) if p)
@@ -276,40 +277,57 @@ def write_data_files(
         sources = sources_of(part)
         # Delta keeps partition values in the log, not in the files.
         part = part.select([c for c in part.column_names if c not in partition_by])
-        stats = delta_stats(part)
-        description = DataFile(
-            path=relative,
-            size=0,
-            partition_values=values,
-            rows=part.num_rows,
-            stats=stats,
-            sources=sources,
-            modification_time=0,
-        )
-        footer = {FOOTER_KEY: description.to_json().encode()}
-        path = f"{root}/{relative}"
-        if location.local:
-            filesystem.create_dir(path.rpartition("/")[0], recursive=True)
-        try:
-            with filesystem.open_output_stream(path) as stream:
-                write_parquet(
-                    part.replace_schema_metadata({**(part.schema.metadata or {}), **footer}), stream
-                )
-        except OSError as exc:
-            raise SinkError(f"{location.uri}: cannot write {relative}: {exc}") from exc
-        size = filesystem.get_file_info(path).size
         written.append(
-            DataFile(
-                path=relative,
-                size=int(size),
-                partition_values=values,
-                rows=part.num_rows,
-                stats=stats,
-                sources=sources,
-                modification_time=int(time.time() * 1000),
+            write_data_file(
+                location, relative, part, partition_values=values, sources=sources, opened=opened
             )
         )
     return written
+
+
+def write_data_file(
+    location: TableLocation,
+    relative: str,
+    table: pa.Table,
+    *,
+    partition_values: tuple[tuple[str, str | None], ...],
+    sources: tuple[Source, ...],
+    opened: tuple[pafs.FileSystem, str] | None = None,
+) -> DataFile:
+    """Writes ``table`` (without partition columns) as the data file ``relative``, its
+    description in the footer. ``opened``: ``location.filesystem()``, if at hand."""
+    filesystem, root = opened or location.filesystem()
+    stats = delta_stats(table)
+    description = DataFile(
+        path=relative,
+        size=0,
+        partition_values=partition_values,
+        rows=table.num_rows,
+        stats=stats,
+        sources=sources,
+        modification_time=0,
+    )
+    footer = {FOOTER_KEY: description.to_json().encode()}
+    path = f"{root}/{relative}"
+    if location.local:
+        filesystem.create_dir(path.rpartition("/")[0], recursive=True)
+    try:
+        with filesystem.open_output_stream(path) as stream:
+            write_parquet(
+                table.replace_schema_metadata({**(table.schema.metadata or {}), **footer}), stream
+            )
+    except OSError as exc:
+        raise SinkError(f"{location.uri}: cannot write {relative}: {exc}") from exc
+    size = filesystem.get_file_info(path).size
+    return DataFile(
+        path=relative,
+        size=int(size),
+        partition_values=partition_values,
+        rows=table.num_rows,
+        stats=stats,
+        sources=sources,
+        modification_time=int(time.time() * 1000),
+    )
 
 
 def read_data_file_footer(location: TableLocation, paths: Iterable[str]) -> list[DataFile]:

@@ -15,6 +15,10 @@ makes no commit and would lose its txn actions, so those are then recorded by
 an empty commit. ``CommitFailedError`` (a concurrent merge won): back off,
 re-read the txn versions, re-filter and merge again. Files written by a merge
 that lost its race are left for VACUUM (delta-rs does not name them).
+
+A batch's rows reach the merge as data files staged inside the table's location
+(``land.py``): ``upsert_source`` reads them back and splits off the rows whose
+merge key is null, which become dead letters.
 """
 
 from __future__ import annotations
@@ -26,19 +30,17 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, Transaction
+import pyarrow.dataset as pads
 from deltalake.exceptions import CommitFailedError, DeltaError
 
-from ingest.errors import SinkError
-from ingest.sink.delta import (
-    COMMIT_TOKEN_KEY,
-    CommitOutcome,
-    DeltaTarget,
-    now_ms,
-    nullable_schema,
-)
+from ingest.errors import ConfigError, SinkError
+from ingest.sink.delta import CommitOutcome, DeltaTarget, commit_properties
+from ingest.sink.files import DataFile
+from ingest.sink.schema import evolve, nullable_schema
+from ingest.sink.storage import TableLocation
+from ingest.sink.txn import newer_txns
 
-__all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert"]
+__all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert", "upsert_source"]
 
 log = logging.getLogger("ingest.sink")
 
@@ -77,6 +79,34 @@ def latest_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
         return table
     rows = pc.sort_indices(last.column("__row_last"))
     return ranked.take(last.column("__row_last").take(rows))
+
+
+def upsert_source(
+    location: TableLocation,
+    files: Sequence[DataFile],
+    schema: pa.Schema,
+    merge_keys: Sequence[str],
+) -> tuple[pa.Table, pa.Table | None]:
+    """A batch's staged rows to merge (its data files, read back as ``schema``), and
+    those without a merge key (None: none)."""
+    if files:
+        filesystem, root = location.filesystem()
+        dataset = pads.dataset(
+            [f"{root}/{f.path}" for f in files], format="parquet", filesystem=filesystem
+        )
+        rows = dataset.to_table().cast(schema)
+    else:
+        rows = schema.empty_table()
+    missing = [k for k in merge_keys if k not in rows.column_names]
+    if missing:
+        raise ConfigError(
+            f"merge keys {missing} are not columns of the batch", key="table.merge_keys"
+        )
+    keyless = null_key_rows(rows, merge_keys)
+    if not keyless.any():
+        return rows, None
+    mask = pa.array(keyless)
+    return rows.filter(pc.invert(mask)), rows.filter(mask)
 
 
 def _refilter(
@@ -128,16 +158,12 @@ def upsert(
             continue
         current = DeltaTarget.versions_in(table, list(txns))
         rows = latest_per_key(_refilter(source, current, app_id_of), merge_keys)
-        wanted = {
-            app: version
-            for app, version in txns.items()
-            if current.get(app) is None or version > current[app]  # type: ignore[operator]
-        }
+        wanted = newer_txns(txns, current)
         if rows.num_rows == 0 and not wanted:
             return CommitOutcome(table.version(), (), 0, current, attempt, committed=False)
         token = uuid.uuid4().hex
         try:
-            if target.evolve(table, schema):
+            if evolve(target.uri, table, schema):
                 table = target.load() or table
             metrics: dict[str, int] = {}
             if rows.num_rows:
@@ -147,13 +173,7 @@ def upsert(
                         predicate=merge_predicate(merge_keys),
                         source_alias="s",
                         target_alias="t",
-                        commit_properties=CommitProperties(
-                            custom_metadata={COMMIT_TOKEN_KEY: token},
-                            app_transactions=[
-                                Transaction(app, v, last_updated=now_ms())
-                                for app, v in sorted(wanted.items())
-                            ],
-                        ),
+                        commit_properties=commit_properties(token, wanted),
                     )
                     .when_matched_update_all(predicate=UPDATE_WHEN)
                     .when_not_matched_insert_all()
@@ -161,7 +181,7 @@ def upsert(
                 )
         except CommitFailedError as exc:
             log.info("%s: merge attempt %d lost a race: %s", target.uri, attempt, exc)
-            target._sleep(attempt)
+            target.backoff(attempt)
             continue
         except DeltaError as exc:
             raise SinkError(f"{target.uri}: merge failed: {exc}") from exc
@@ -171,7 +191,7 @@ def upsert(
             outcome = target.commit_txns(wanted, schema)
             version = outcome.version
         else:
-            version = target._version_of(token)
+            version = target.version_of(token)
         changed = int(metrics.get("num_target_rows_inserted", 0)) + int(
             metrics.get("num_target_rows_updated", 0)
         )

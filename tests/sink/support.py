@@ -13,8 +13,8 @@ from deltalake import DeltaTable
 
 from ingest.handoff import HandoffStore, SegmentSealed
 from ingest.testing import ConsumedRecord, KafkaCluster, ProducedRecord
-from ingest.worker import EndPosition, WorkerFinished, WorkerHandle
-from tests.worker.support import sealed, worker_settings
+from ingest.worker import EndPosition, WorkerFinished
+from tests.worker.support import WatchedHandle, sealed, worker_settings
 
 USERS = 40
 # Every MALFORMED_EVERY-th value is not a valid record of JSON_SCHEMA.
@@ -73,7 +73,7 @@ def drain(
 ) -> list[SegmentSealed]:
     """Runs one worker per partition (concurrently) to the end of the partition."""
     handles = [
-        WorkerHandle.spawn(
+        WatchedHandle.spawn(
             worker_settings(broker.bootstrap, store, topic, partition=p, end=EndPosition.latest()),
             store=store,
         )

@@ -45,9 +45,9 @@ def test_app_id_follows_its_documented_derivation(tmp_path: Path) -> None:
 def test_table_config_refuses_what_cannot_work() -> None:
     with pytest.raises(ConfigError, match="merge_keys"):
         TableConfig(uri="/t", group="g", mode="upsert")
-    with pytest.raises(ConfigError, match="value_schema"):
+    with pytest.raises(ConfigError, match=r"table\.value\.schema"):
         TableConfig(uri="/t", group="g", value_format="json")
-    with pytest.raises(ConfigError, match="value_format"):
+    with pytest.raises(ConfigError, match=r"table\.value\.format"):
         TableConfig(uri="/t", group="g", value_format="avro")  # type: ignore[arg-type]
     config = TableConfig(
         uri="s3://b/t/", group="g", storage_options={"AWS_SECRET_ACCESS_KEY": "hunter2"}

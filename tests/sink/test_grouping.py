@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.handoff import SegmentSealed
-from spark_jobs.job import group_segments
 from spark_jobs.source import SegmentTask
+from spark_jobs.tasks import group_segments
 
 MiB = 1 << 20
 

@@ -10,10 +10,12 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from ingest.errors import SinkError
-from ingest.sink.delta import DeltaTarget, txn_times
+from ingest.sink import rewrite
+from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import write_data_files
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
+from ingest.sink.txnlog import txn_times
 from tests.sink import committer
 
 
@@ -101,17 +103,17 @@ def test_a_concurrent_commit_is_redone_against_the_new_snapshot(
     attempt loses, the retry takes the rival's rows out too (no duplicates)."""
     target, apps = landed(tmp_path)
     rival = DeltaTarget(target.location)
-    real_cut = DeltaTarget._cut_ranges
+    real_cut = rewrite.cut_ranges
     calls = {"n": 0}
 
-    def cut_then_rival_commits(self, table, ranges, attempt):  # type: ignore[no-untyped-def]
-        cut = real_cut(self, table, ranges, attempt)
+    def cut_then_rival_commits(location, table, ranges, attempt):  # type: ignore[no-untyped-def]
+        cut = real_cut(location, table, ranges, attempt)
         calls["n"] += 1
         if calls["n"] == 1:
             append(rival, apps, 0, 300, 50, "rival")  # 300-349, inside the range replaced
         return cut
 
-    monkeypatch.setattr(DeltaTarget, "_cut_ranges", cut_then_rival_commits)
+    monkeypatch.setattr(rewrite, "cut_ranges", cut_then_rival_commits)
     rows = committer.rows(0, 250, 100)
     files = write_data_files(rows, target.location, name="mine")
     outcome = target.commit_replacing(

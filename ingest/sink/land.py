@@ -1,0 +1,441 @@
+"""The landing protocol: one batch of segments into one Delta table, exactly once.
+
+``land(batch, writer) -> BatchResult``. A ``FileWriter`` turns the segments into
+data files (the Spark job supplies one, ``spark_jobs.job``); the rest is here.
+Steps, each timed in ``BatchResult.stage_seconds`` (the names are metric labels):
+
+1. ``plan``: read the txn version of every source partition from the table and
+   from the dead-letter table (an overwrite reads none: it writes its whole
+   range again); segments whose records are all at or below the table's version
+   are left out, and the writer plans its tasks for the rest.
+2. ``spark``: the writer's tasks read, filter (what each table holds already),
+   decode and write the data files and the dead letters they find. They return
+   the files, and the rows a SQL transform marked in ``_dead_letter``.
+3. ``dead_letters``: the driver's dead letters (corrupt batches, from their raw
+   bytes; rows the transform marked; rows of an upsert without a merge key, both
+   from their raw records) are written, and all of the batch's dead letters are
+   committed to the dead-letter table FIRST, in one transaction carrying the
+   batch's txn actions (same app ids).
+4. ``commit``: the data files and the txn actions in ONE transaction on the
+   table (append; with ``overwrite`` the same transaction removes the rows the
+   table holds in the batch's offset ranges), or a MERGE with them (upsert: the
+   rows are staged under ``_ingest_staging/<token>`` in the table's location).
+   This commit makes the batch durable: the supervisor commits Kafka offsets
+   only after it. The fault point ``before_delta_commit`` fires just before it.
+
+Dead-letter guarantee. delta-rs commits one table per transaction, so the two
+tables cannot change atomically together. The order makes it exact anyway:
+every dead letter of offsets up to the table's txn version V is in the
+dead-letter table, because its commit came before the table's. A crash between
+the two commits leaves dead letters whose good rows are not yet in the table;
+the replay re-reads the same segments, the dead-letter table's own txn versions
+drop the dead letters it already holds, and the table's commit completes the
+batch. So each bad record lands once in the dead-letter table, each good one
+once in the table (replays under the same configuration decode alike), and
+Kafka offsets move only past both. The dead-letter table is committed only for
+batches that have dead letters; its txn version for a partition therefore
+means "every dead letter up to here is in", never "the batch is durable".
+
+Orphans. Until a commit takes them over (a commit that gives up deletes its own
+files, see ``delta.py``), the files written for an attempt are deleted when it
+fails; an upsert's staged files are deleted whatever happens. A writer whose
+run fails deletes the files it knows it wrote.
+
+Stale batches. When a concurrent writer covered offsets of files that do not
+say which offsets they hold, the commit raises ``StaleBatchError`` and the batch
+is redone from its segments (up to 5 times in a row).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from ingest.errors import ConfigError, SinkError
+from ingest.faults import fault_point
+from ingest.handoff import CorruptRangeReported, SegmentSealed
+from ingest.sink.config import TableConfig
+from ingest.sink.deadletter import (
+    DEAD_LETTER_SCHEMA,
+    STAGE_DECODE,
+    STAGE_TRANSFORM,
+    Rejected,
+    corrupt_dead_letters,
+    read_corrupt_raw,
+    rejected_dead_letters,
+)
+from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
+from ingest.sink.files import DataFile, write_data_files
+from ingest.sink.merge import upsert, upsert_source
+from ingest.sink.storage import TableLocation
+from ingest.sink.txn import PartitionKey, app_id, or_minus_one
+
+__all__ = [
+    "STAGING",
+    "Batch",
+    "BatchResult",
+    "FileWriter",
+    "WriteRequest",
+    "WrittenFiles",
+    "land",
+]
+
+log = logging.getLogger("ingest.sink")
+
+STAGING = "_ingest_staging"
+_STALE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one landing takes: sealed segments and corrupt ranges of one or more
+    partitions, into one table. ``segment_storage_options`` are the handoff's
+    pyarrow options for segments on an object store."""
+
+    table: TableConfig
+    segments: tuple[SegmentSealed, ...]
+    corrupt: tuple[CorruptRangeReported, ...] = ()
+    segment_storage_options: Mapping[str, Any] = field(default_factory=dict)
+    # Replace the rows the tables hold in the batch's offset ranges (replay --overwrite)
+    # instead of skipping the offsets they already hold.
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "segments", tuple(self.segments))
+        object.__setattr__(self, "corrupt", tuple(self.corrupt))
+
+    def partitions(self) -> list[PartitionKey]:
+        keys = {(s.topic, s.partition) for s in self.segments}
+        keys |= {(c.topic, c.partition) for c in self.corrupt}
+        return sorted(keys)
+
+    def offset_ranges(self) -> dict[PartitionKey, tuple[int, int]]:
+        """The first and last offset the batch accounts for, per partition."""
+        first: dict[PartitionKey, int] = {}
+        for s in self.segments:
+            key = (s.topic, s.partition)
+            first[key] = min(first.get(key, s.from_offset), s.from_offset)
+        for c in self.corrupt:
+            key = (c.topic, c.partition)
+            first[key] = min(first.get(key, c.first_offset), c.first_offset)
+        last = self.last_offsets()
+        return {key: (first[key], last[key]) for key in first}
+
+    def last_offsets(self) -> dict[PartitionKey, int]:
+        """The last offset the batch accounts for, per partition (its txn version)."""
+        last: dict[PartitionKey, int] = {}
+        for s in self.segments:
+            key = (s.topic, s.partition)
+            last[key] = max(last.get(key, -1), s.next_offset - 1)
+        for c in self.corrupt:
+            key = (c.topic, c.partition)
+            end = c.first_offset if c.last_offset is None else c.last_offset
+            last[key] = max(last.get(key, -1), end)
+        return last
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What the batch did. ``durable_offsets``: per partition, the highest offset the
+    table's txn versions now cover (None: nothing of it landed yet)."""
+
+    table_version: int | None
+    dead_letter_version: int | None
+    durable_offsets: Mapping[PartitionKey, int | None]
+    rows_written: int
+    dead_letters: int
+    stage_seconds: Mapping[str, float]
+    path: str  # "arrow", "spark" or "none"
+    files: int = 0
+    attempts: int = 1
+    replaced_rows: int = 0  # rows of the table an overwrite took out
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """What a writer writes in one attempt: ``segments`` (those with records above
+    the table's txn version), with the offsets of each partition the table and the
+    dead-letter table hold already (None: none), which it must leave out; data files
+    go to ``table`` under ``prefix``, split by ``partition_by``, dead letters to
+    ``dead``. File names carry ``token``."""
+
+    token: str
+    segments: tuple[SegmentSealed, ...]
+    skip_through: Mapping[PartitionKey, int | None]
+    dead_skip_through: Mapping[PartitionKey, int | None]
+    table: TableLocation
+    dead: TableLocation
+    partition_by: tuple[str, ...]
+    prefix: str
+    segment_options: Mapping[str, Any]
+    ingest_time: dt.datetime
+
+
+@dataclass(frozen=True)
+class WrittenFiles:
+    """What a writer wrote: data files, dead-letter files, the rows a transform
+    rejected (the driver builds their dead letters), the rows' schema, and the path
+    they took ("arrow", "spark", or "none" when no task ran)."""
+
+    data: tuple[DataFile, ...]
+    dead: tuple[DataFile, ...]
+    rejected: tuple[Rejected, ...]
+    schema: pa.Schema
+    path: str
+
+
+class FileWriter(Protocol):
+    """Turns segments into data files (``spark_jobs.job.SparkFiles``)."""
+
+    def plan(self, request: WriteRequest) -> Callable[[], WrittenFiles]:
+        """The tasks for ``request``; calling the result runs them."""
+        ...
+
+
+class _Stages:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._start = time.perf_counter()
+
+    def lap(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - since
+        return now
+
+    def done(self) -> dict[str, float]:
+        self.seconds["total"] = time.perf_counter() - self._start
+        return dict(self.seconds)
+
+
+def land(batch: Batch, writer: FileWriter) -> BatchResult:
+    """Lands ``batch`` in its table with ``writer`` (see the module docstring)."""
+    for attempt in range(1, _STALE_ATTEMPTS + 1):
+        try:
+            result = _Landing(batch).run(writer)
+        except StaleBatchError as exc:
+            log.info("%s: redoing the batch: %s", batch.table.uri, exc)
+            continue
+        return dataclasses.replace(result, attempts=attempt)
+    raise SinkError(f"{batch.table.uri}: the batch went stale {_STALE_ATTEMPTS} times in a row")
+
+
+class _Landing:
+    """One attempt at landing a batch: its tables, app ids and txn actions."""
+
+    def __init__(self, batch: Batch) -> None:
+        config = batch.table
+        self.batch = batch
+        self.config = config
+        self.main = DeltaTarget(
+            TableLocation.of(config.uri, config.storage_options), partition_by=config.partition_by
+        )
+        self.dead = DeltaTarget(TableLocation.of(config.dead_letters, config.dead_letter_options))
+        self.apps = {key: app_id(config.uri, config.group, *key) for key in batch.partitions()}
+        last = batch.last_offsets()
+        self.txns = {self.apps[key]: last[key] for key in self.apps}
+        self.upserting = config.mode == "upsert"
+        self.token = uuid.uuid4().hex[:16]
+
+    def app_id_of(self, topic: str, partition: int) -> str:
+        return self.apps.get((topic, partition)) or app_id(
+            self.config.uri, self.config.group, topic, partition
+        )
+
+    def run(self, writer: FileWriter) -> BatchResult:
+        batch, main, dead = self.batch, self.main, self.dead
+        stages = _Stages()
+        started = time.perf_counter()
+        planned, dead_planned = self._planned()
+        request = self._request(planned, dead_planned)
+        run = writer.plan(request)
+        started = stages.lap("plan", started)
+
+        data_files: list[DataFile] = []
+        dead_files: list[DataFile] = []
+        # Until a commit takes them over (and cleans up after itself), files written
+        # for this attempt are deleted if it fails.
+        dead_handed_over = main_handed_over = False
+        try:
+            written = run()
+            data_files.extend(written.data)
+            dead_files.extend(written.dead)
+            started = stages.lap("spark", started)  # the writer's tasks (a metric label)
+
+            extra, source = self._driver_dead_letters(written, request)
+            if extra:
+                dead_files.extend(
+                    write_data_files(
+                        pa.concat_tables(extra),
+                        dead.location,
+                        name=f"part-{self.token}-driver-dead",
+                    )
+                )
+            dead_handed_over = True
+            dead_outcome = self._commit_dead_letters(dead_files, dead_planned)
+            started = stages.lap("dead_letters", started)
+
+            fault_point("before_delta_commit")
+            main_handed_over = True
+            outcome = self._commit_table(data_files, written.schema, source, planned)
+            stages.lap("commit", started)
+        except BaseException:
+            if not dead_handed_over:
+                dead.location.delete(f.path for f in dead_files)
+            if not main_handed_over and not self.upserting:
+                main.location.delete(f.path for f in data_files)
+            raise
+        finally:
+            if self.upserting:
+                main.location.delete_dir(f"{STAGING}/{self.token}")
+        return BatchResult(
+            table_version=outcome.version,
+            dead_letter_version=None if dead_outcome is None else dead_outcome.version,
+            durable_offsets={key: outcome.txn_versions.get(app) for key, app in self.apps.items()},
+            rows_written=outcome.rows,
+            dead_letters=0 if dead_outcome is None else dead_outcome.rows,
+            stage_seconds=stages.done(),
+            path=written.path,
+            files=len(outcome.files),
+            replaced_rows=outcome.dropped_rows if batch.overwrite else 0,
+        )
+
+    def _planned(self) -> tuple[dict[str, int | None], dict[str, int | None]]:
+        """The txn versions of the table and of the dead-letter table (by app id) the
+        batch is filtered with."""
+        table = self.main.load()
+        self.main.check_partitioning(table)
+        apps = list(self.apps.values())
+        if not self.batch.overwrite:
+            return DeltaTarget.versions_in(table, apps), self.dead.versions(apps)
+        if self.upserting:
+            raise ConfigError(
+                "applies to append mode; an upsert replay MERGEs, which already replaces",
+                key="--overwrite",
+            )
+        # Everything in range is written again; the commits take the old rows out.
+        return dict.fromkeys(apps), dict.fromkeys(apps)
+
+    def _request(
+        self, planned: Mapping[str, int | None], dead_planned: Mapping[str, int | None]
+    ) -> WriteRequest:
+        skip = {key: planned[app] for key, app in self.apps.items()}
+        return WriteRequest(
+            token=self.token,
+            segments=tuple(
+                s
+                for s in self.batch.segments
+                if s.record_count and s.last_offset > or_minus_one(skip[(s.topic, s.partition)])
+            ),
+            skip_through=skip,
+            dead_skip_through={key: dead_planned[app] for key, app in self.apps.items()},
+            table=self.main.location,
+            dead=self.dead.location,
+            partition_by=() if self.upserting else self.config.partition_by,
+            prefix=f"{STAGING}/{self.token}" if self.upserting else "",
+            segment_options=dict(self.batch.segment_storage_options),
+            ingest_time=dt.datetime.now(dt.UTC),
+        )
+
+    def _driver_dead_letters(
+        self, written: WrittenFiles, request: WriteRequest
+    ) -> tuple[list[pa.Table], pa.Table | None]:
+        """The dead letters found on the driver (corrupt batches, transform rejects,
+        null merge keys; non-empty tables), and an upsert's rows to merge."""
+        batch, config = self.batch, self.config
+        skip, dead_skip = request.skip_through, request.dead_skip_through
+        extra: list[pa.Table] = []
+        corrupt = [
+            c
+            for c in batch.corrupt
+            if c.first_offset > or_minus_one(skip[(c.topic, c.partition)])
+            and c.first_offset > or_minus_one(dead_skip[(c.topic, c.partition)])
+        ]
+        if corrupt:
+            extra.append(
+                corrupt_dead_letters(
+                    [(c, read_corrupt_raw(c.uri, batch.segment_storage_options)) for c in corrupt],
+                    ingest_time=request.ingest_time,
+                )
+            )
+        if written.rejected:
+            extra.append(self._rejected(written.rejected, STAGE_TRANSFORM, request))
+        source = None
+        if self.upserting:
+            source, keyless = upsert_source(
+                self.main.location, written.data, written.schema, config.merge_keys
+            )
+            if keyless is not None:
+                message = f"a merge key is null ({', '.join(config.merge_keys)})"
+                rejected = [
+                    (t, p, o, message)
+                    for t, p, o in zip(
+                        keyless.column("topic").to_pylist(),
+                        keyless.column("partition").to_pylist(),
+                        keyless.column("offset").to_pylist(),
+                        strict=True,
+                    )
+                ]
+                stage = STAGE_TRANSFORM if config.transform else STAGE_DECODE
+                extra.append(self._rejected(rejected, stage, request))
+        return [t for t in extra if t.num_rows], source
+
+    def _rejected(
+        self, rejected: Sequence[Rejected], stage: str, request: WriteRequest
+    ) -> pa.Table:
+        return rejected_dead_letters(
+            self.batch.segments,
+            rejected,
+            stage,
+            skip_through=request.dead_skip_through,
+            storage_options=self.batch.segment_storage_options,
+            ingest_time=request.ingest_time,
+        )
+
+    def _commit_dead_letters(
+        self, files: Sequence[DataFile], planned: Mapping[str, int | None]
+    ) -> CommitOutcome | None:
+        """The dead-letter table's commit (None: none was needed)."""
+        if self.batch.overwrite:
+            if files or self.dead.load() is not None:
+                return self.dead.commit_replacing(
+                    files, self.txns, DEAD_LETTER_SCHEMA, ranges=self.batch.offset_ranges()
+                )
+            return None
+        if files:
+            return self.dead.commit_files(
+                files, self.txns, DEAD_LETTER_SCHEMA, planned=planned, app_id_of=self.app_id_of
+            )
+        return None
+
+    def _commit_table(
+        self,
+        files: Sequence[DataFile],
+        schema: pa.Schema,
+        source: pa.Table | None,
+        planned: Mapping[str, int | None],
+    ) -> CommitOutcome:
+        """The table's commit: the one that makes the batch durable."""
+        if self.upserting:
+            assert source is not None
+            return upsert(
+                self.main,
+                source,
+                merge_keys=self.config.merge_keys,
+                txns=self.txns,
+                app_id_of=self.app_id_of,
+            )
+        if self.batch.overwrite:
+            return self.main.commit_replacing(
+                files, self.txns, schema, ranges=self.batch.offset_ranges()
+            )
+        return self.main.commit_files(
+            files, self.txns, schema, planned=planned, app_id_of=self.app_id_of
+        )

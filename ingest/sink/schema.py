@@ -1,0 +1,62 @@
+"""Schema evolution of a Delta table: additive only.
+
+A batch may bring columns the table lacks (a wider JSON schema, a changed
+transform): they are added as nullable columns, in a commit of their own before
+the batch's. A column whose type differs is refused with ``SinkError`` naming
+every such column, table type and batch type. Every column is nullable in the
+table: older rows lack new columns, and Delta's NOT NULL would be an invariant
+the files written here do not promise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pyarrow as pa
+from deltalake import DeltaTable, Field, Schema
+
+from ingest.errors import SinkError
+
+__all__ = ["evolve", "nullable_schema", "schema_changes"]
+
+log = logging.getLogger("ingest.sink")
+
+
+def _type_json(delta_field: Field) -> object:
+    return json.loads(delta_field.to_json())["type"]
+
+
+def schema_changes(table_schema: Schema, batch_schema: pa.Schema) -> list[Field]:
+    """The columns a batch adds to a table; raises ``SinkError`` naming every column
+    whose type differs (only nullable top-level additions are evolved)."""
+    existing = {f.name: f for f in table_schema.fields}
+    incoming = Schema.from_arrow(batch_schema).fields
+    clashes = [
+        f"{f.name} (table {json.dumps(_type_json(existing[f.name]))}, "
+        f"batch {json.dumps(_type_json(f))})"
+        for f in incoming
+        if f.name in existing and _type_json(f) != _type_json(existing[f.name])
+    ]
+    if clashes:
+        raise SinkError(
+            "the batch's schema is incompatible with the table's; columns: " + "; ".join(clashes)
+        )
+    return [Field(f.name, f.type, nullable=True) for f in incoming if f.name not in existing]
+
+
+def nullable_schema(schema: pa.Schema) -> pa.Schema:
+    """Every top-level column nullable (see the module docstring)."""
+    return pa.schema([f.with_nullable(True) for f in schema], metadata=None)
+
+
+def evolve(uri: str, table: DeltaTable, schema: pa.Schema) -> bool:
+    """Adds the batch's new columns to ``table`` (at ``uri``; a commit of its own),
+    and says whether it did. A concurrent commit makes it raise delta-rs'
+    ``CommitFailedError``."""
+    added = schema_changes(table.schema(), schema)
+    if not added:
+        return False
+    log.info("%s: adding columns %s", uri, [f.name for f in added])
+    table.alter.add_columns(added)
+    return True

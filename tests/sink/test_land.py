@@ -1,0 +1,219 @@
+"""The landing protocol without Spark: ``ingest.sink.land`` run with a writer that does
+the Spark tasks' work in this process (``source.read_task``, pure pyarrow)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+from ingest.handoff import HandoffConfig, HandoffStore, SegmentSealed, SegmentWriter
+from ingest.protocol.records import RECORD_SCHEMA
+from ingest.sink.config import TableConfig
+from ingest.sink.deadletter import STAGE_TRANSFORM, Rejected, dead_letters
+from ingest.sink.delta import DeltaTarget
+from ingest.sink.files import DataFile, write_data_files
+from ingest.sink.land import Batch, WriteRequest, WrittenFiles, land
+from ingest.sink.storage import TableLocation
+from ingest.sink.txn import app_id
+from spark_jobs.decode import DecodeSpec, spark_records
+from spark_jobs.source import ReadPlan, read_task
+from spark_jobs.tasks import group_segments
+
+TOPIC = "t"
+BAD = b"\xff\xfe"  # not UTF-8: a decode dead letter in "string" format
+
+
+class LocalFiles:
+    """A ``FileWriter`` running the plan's tasks here, one after the other (as
+    ``source.files_task`` does); rows at the offsets in ``reject`` are reported as rows a
+    transform marked in ``_dead_letter``, not written."""
+
+    def __init__(self, reject: tuple[int, ...] = ()) -> None:
+        self.reject = reject
+
+    def plan(self, request: WriteRequest) -> Callable[[], WrittenFiles]:
+        plan = ReadPlan(
+            mode="files",
+            token=request.token,
+            tasks=group_segments(
+                request.segments,
+                skip_through=request.skip_through,
+                dead_skip_through=request.dead_skip_through,
+                parallelism=1,
+            ),
+            spec=DecodeSpec("string"),
+            table=request.table,
+            dead=request.dead,
+            partition_by=request.partition_by,
+            prefix=request.prefix,
+            segment_options=request.segment_options,
+            ingest_time=request.ingest_time,
+        )
+
+        def run() -> WrittenFiles:
+            data: list[DataFile] = []
+            dead: list[DataFile] = []
+            rejected: list[Rejected] = []
+            for index in range(len(plan.tasks)):
+                rows, bad = read_task(plan, index)
+                marked = pc.is_in(rows.column("offset"), pa.array(self.reject, pa.int64()))
+                rejected += [
+                    (TOPIC, 0, offset, f"rejected {offset}")
+                    for offset in rows.filter(marked).column("offset").to_pylist()
+                ]
+                name = f"part-{plan.token}-{index:05d}"
+                data += write_data_files(
+                    rows.filter(pc.invert(marked)),
+                    plan.table,
+                    name=name,
+                    partition_by=plan.partition_by,
+                    prefix=plan.prefix,
+                )
+                dead += write_data_files(bad, plan.dead, name=f"{name}-dead")
+            return WrittenFiles(
+                tuple(data),
+                tuple(dead),
+                tuple(rejected),
+                DecodeSpec("string").output_schema(),
+                "arrow" if plan.tasks else "none",
+            )
+
+        return run
+
+
+def values(start: int, count: int) -> list[bytes]:
+    """Every 7th value is not UTF-8."""
+    return [BAD if o % 7 == 0 else b"v%d" % o for o in range(start, start + count)]
+
+
+def segment(store: HandoffStore, start: int, count: int) -> SegmentSealed:
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, np.int32)), pa.array([TOPIC])),
+            pa.array(np.zeros(count, np.int32)),
+            pa.array(np.arange(start, start + count, dtype=np.int64)),
+            pa.array(1_700_000_000_000 + np.arange(count), pa.timestamp("ms", tz="UTC")),
+            pa.array(np.zeros(count, np.int8)),
+            pa.array([b"k%d" % o for o in range(start, start + count)], pa.binary()),
+            pa.array(values(start, count), pa.binary()),
+            pa.array([[("h", b"x")]] * count, RECORD_SCHEMA.field("headers").type),
+        ],
+        schema=RECORD_SCHEMA,
+    )
+    writer = SegmentWriter(store.location, TOPIC, 0, start_offset=start)
+    writer.append(batch)
+    sealed = writer.seal(start + count)
+    assert sealed is not None
+    return sealed
+
+
+@pytest.fixture
+def store() -> Iterator[HandoffStore]:
+    with HandoffStore(HandoffConfig()) as opened:
+        yield opened
+
+
+def rows_of(uri: str) -> pa.Table:
+    return DeltaTable(uri).to_pyarrow_table().sort_by("offset")
+
+
+def parquet_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.rglob("*.parquet") if "_delta_log" not in p.parts)
+
+
+def test_dead_letters_and_rows_land_once_and_a_replay_lands_nothing_twice(
+    tmp_path: Path, store: HandoffStore
+) -> None:
+    config = TableConfig(uri=str(tmp_path / "events"), group="g", value_format="string")
+    segments = (segment(store, 0, 40), segment(store, 40, 40))
+    result = land(Batch(config, segments), LocalFiles(reject=(3, 45)))
+    good = [o for o in range(80) if o % 7 and o not in (3, 45)]
+    undecodable = [o for o in range(80) if o % 7 == 0]
+    assert (result.rows_written, result.dead_letters) == (len(good), len(undecodable) + 2)
+    assert result.durable_offsets == {(TOPIC, 0): 79}
+    assert result.path == "arrow" and result.attempts == 1 and result.files == 1
+    assert set(result.stage_seconds) == {"plan", "spark", "dead_letters", "commit", "total"}
+    assert rows_of(config.uri).column("offset").to_pylist() == good
+    app = app_id(config.uri, "g", TOPIC, 0)
+    assert DeltaTable(config.dead_letters).transaction_version(app) == 79
+    assert DeltaTable(config.uri).transaction_version(app) == 79
+    # The transform's rejects carry their raw records, read back from the segments,
+    # exactly as the records' own dead letters would be.
+    dead = rows_of(config.dead_letters)
+    assert dead.column("offset").to_pylist() == sorted([*undecodable, 3, 45])
+    marked = dead.filter(pc.equal(dead.column("error_stage"), STAGE_TRANSFORM))
+    raw = pa.concat_tables(spark_records(store.read(s.uri, memory_map=False)) for s in segments)
+    raw = raw.filter(pc.is_in(raw.column("offset"), pa.array([3, 45], pa.int64())))
+    moment = marked.column("ingest_time")[0].as_py()
+    expected = dead_letters(raw, STAGE_TRANSFORM, ["rejected 3", "rejected 45"], ingest_time=moment)
+    assert marked.to_pylist() == expected.to_pylist()
+    # A replay is filtered by both tables' txn versions: nothing lands twice.
+    again = land(Batch(config, segments), LocalFiles(reject=(3, 45)))
+    assert (again.rows_written, again.dead_letters, again.path) == (0, 0, "none")
+    assert rows_of(config.dead_letters).num_rows == dead.num_rows
+
+
+def test_a_crash_before_the_table_commit_is_completed_by_a_replay(
+    tmp_path: Path, store: HandoffStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dead letters are committed first: a crash before the table's commit leaves them
+    in, and the replay lands the rows without landing a dead letter twice."""
+    config = TableConfig(uri=str(tmp_path / "events"), group="g", value_format="string")
+    segments = (segment(store, 0, 40),)
+    commit = DeltaTarget.commit_files
+
+    def crash_on_the_table(self: DeltaTarget, *args: Any, **kwargs: Any) -> Any:
+        if self.uri == config.uri:
+            raise RuntimeError("the driver died here")
+        return commit(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(DeltaTarget, "commit_files", crash_on_the_table)
+        with pytest.raises(RuntimeError, match="died"):
+            land(Batch(config, segments), LocalFiles())
+    undecodable = [o for o in range(40) if o % 7 == 0]
+    assert rows_of(config.dead_letters).column("offset").to_pylist() == undecodable
+    assert DeltaTarget(TableLocation.of(config.uri)).load() is None
+    result = land(Batch(config, segments), LocalFiles())
+    assert result.dead_letters == 0 and result.rows_written == 40 - len(undecodable)
+    assert rows_of(config.dead_letters).column("offset").to_pylist() == undecodable
+
+
+def test_files_of_an_attempt_that_fails_before_its_commits_are_deleted(
+    tmp_path: Path, store: HandoffStore
+) -> None:
+    config = TableConfig(uri=str(tmp_path / "events"), group="g", value_format="string")
+    segments = (segment(store, 0, 40),)
+    writer = SegmentWriter(store.location, TOPIC, 0, start_offset=40)
+    corrupt = writer.write_corrupt(
+        first_offset=40, last_offset=41, raw=b"garbage", reason="CRC mismatch", kind="crc"
+    )
+    Path(corrupt.uri).unlink()  # its raw bytes cannot be read: the driver fails
+    with pytest.raises(FileNotFoundError):
+        land(Batch(config, segments, corrupt=(corrupt,)), LocalFiles())
+    assert parquet_files(tmp_path) == []
+    assert not list(tmp_path.rglob("_delta_log"))
+
+
+def test_an_overwrite_replaces_the_range_in_both_tables(
+    tmp_path: Path, store: HandoffStore
+) -> None:
+    config = TableConfig(uri=str(tmp_path / "events"), group="g", value_format="string")
+    segments = (segment(store, 0, 40), segment(store, 40, 40))
+    land(Batch(config, segments), LocalFiles(reject=(3,)))
+    before, before_dead = rows_of(config.uri), rows_of(config.dead_letters)
+    in_range = [o for o in before.column("offset").to_pylist() if o >= 40]
+    replay = land(Batch(config, segments[1:], overwrite=True), LocalFiles(reject=(45,)))
+    assert replay.replaced_rows == len(in_range) and replay.rows_written == len(in_range) - 1
+    assert replay.durable_offsets == {(TOPIC, 0): 79}
+    offsets = [o for o in before.column("offset").to_pylist() if o != 45]
+    assert rows_of(config.uri).column("offset").to_pylist() == offsets
+    dead_offsets = sorted([*before_dead.column("offset").to_pylist(), 45])
+    assert rows_of(config.dead_letters).column("offset").to_pylist() == dead_offsets
