@@ -27,8 +27,17 @@ from ingest.errors import ConfigError, IngestError
 
 def _broker(args: argparse.Namespace) -> int:
     """Runs the embedded test broker in the foreground until interrupted."""
-    from ingest.testing import S3Server, TansuBroker
+    from ingest.errors import HarnessError
+    from ingest.testing.s3 import S3Server, weed_binary
+    from ingest.testing.tansu import TansuBroker, tansu_binary
 
+    try:
+        tansu_binary()
+        if args.storage == "s3":
+            weed_binary()
+    except HarnessError as exc:
+        print(f"ingest broker: {exc}", file=sys.stderr)
+        return 2
     s3 = S3Server().start() if args.storage == "s3" else None
     broker = TansuBroker(storage=args.storage, s3=s3, port=args.port).start()
     print(f"bootstrap.servers={broker.bootstrap}", flush=True)
@@ -125,9 +134,9 @@ def _run(args: argparse.Namespace) -> int:
     if config is None:
         return 0
     _check_bootstrap(config)
-    from ingest.supervisor.runtime import GroupRun
+    from ingest.supervisor.group_run import group_run
 
-    engine = GroupRun(config, until_end=args.until_end)
+    engine = group_run(config, until_end=args.until_end)
     engine.spark.leave_jvm_at_exit = True
     with _stop_on_signals(engine):
         outcome = engine.run()
@@ -139,9 +148,9 @@ def _replay(args: argparse.Namespace) -> int:
     if config is None:
         return 0
     _check_bootstrap(config)
-    from ingest.supervisor.replay import ReplayRun, parse_partitions, parse_position
+    from ingest.supervisor.replay import parse_partitions, parse_position, replay_run
 
-    engine = ReplayRun(
+    engine = replay_run(
         config,
         start=parse_position(args.from_, "--from"),
         end=parse_position(args.to, "--to") if args.to else None,

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from ingest.client import Cluster
 from ingest.client.connection import expect_response
-from ingest.config import IngestConfig
 from ingest.errors import BrokerError, IngestError
 from ingest.group import CommittedOffset, Partition
 from ingest.group.requests import fetch_outcome, offset_fetch_request
@@ -43,40 +42,9 @@ __all__ = [
     "committed_offsets",
     "describe_group",
     "end_offsets",
-    "fetch_settings",
-    "table_config",
     "topic_partitions",
     "txn_versions",
 ]
-
-
-def fetch_settings(config: IngestConfig) -> FetchSettings:
-    fetch = config.fetch
-    return FetchSettings(
-        max_wait_ms=int(float(fetch.max_wait) * 1000),
-        min_bytes=int(fetch.min_bytes),
-        max_bytes=int(fetch.max_bytes),
-        partition_max_bytes=int(fetch.partition_max_bytes),
-        isolation_level=config.source.isolation_level,
-        auto_offset_reset=config.source.auto_offset_reset,
-        check_crc=fetch.check_crc,
-    )
-
-
-def table_config(config: IngestConfig) -> TableConfig:
-    table = config.table
-    return TableConfig(
-        uri=table.uri,
-        group=config.source.group_id,
-        storage_options=config.table_storage_options(),
-        mode=table.mode,
-        merge_keys=tuple(table.merge_keys),
-        value_format=table.value.format,
-        value_schema=table.value.schema,
-        transform=table.transform,
-        partition_by=tuple(table.partition_by),
-        dead_letter_uri=config.dead_letter_uri(),
-    )
 
 
 def topic_partitions(cluster: Cluster, topics: Iterable[str]) -> list[Partition]:

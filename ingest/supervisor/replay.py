@@ -39,14 +39,16 @@ from ingest.config import IngestConfig
 from ingest.errors import ConfigError
 from ingest.group import Partition
 from ingest.logs import event
+from ingest.sink.land import BatchResult
 from ingest.supervisor.batches import BatchThread
 from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.offsets import end_offsets, topic_partitions, txn_versions
+from ingest.supervisor.partitions import Change, PartitionState
 from ingest.supervisor.progress import Progress
-from ingest.supervisor.runtime import Engine, PartitionState
+from ingest.supervisor.runtime import Engine, RunOutcome
 from ingest.worker import EndPosition, StartPosition, WorkerStarted
 
-__all__ = ["Position", "ReplayRun", "parse_partitions", "parse_position"]
+__all__ = ["Position", "ReplaySource", "parse_partitions", "parse_position", "replay_run"]
 
 log = logging.getLogger("ingest.supervisor.replay")
 
@@ -134,41 +136,70 @@ def parse_partitions(text: str | None, topics: Sequence[str]) -> list[Partition 
     return chosen
 
 
-class ReplayRun(Engine):
+def replay_run(
+    config: IngestConfig,
+    *,
+    start: Position,
+    end: Position | None = None,
+    partitions: Sequence[Partition | int] | None = None,
+    overwrite: bool = False,
+    spark: Any | None = None,
+    metrics: Metrics | None = None,
+    progress: Progress | None = None,
+) -> Engine:
+    """The engine of ``ingest replay``: ``[start, end)`` of the chosen partitions."""
+    if overwrite and config.table.mode == "upsert":
+        raise ConfigError(
+            "applies to append mode; an upsert replay MERGEs, which already replaces rows",
+            key="--overwrite",
+        )
+    if start.kind == "latest":
+        raise ConfigError("'latest' is not a valid --from", key="--from")
+
+    def source(engine: Engine) -> ReplaySource:
+        return ReplaySource(
+            engine, start=start, end=end, partitions=partitions, overwrite=overwrite,
+            progress=progress,
+        )  # fmt: skip
+
+    return Engine(config, source, spark=spark, metrics=metrics)
+
+
+class ReplaySource:
     """Replays ``[start, end)`` of the chosen partitions into the table."""
 
     mode = "replay"
 
     def __init__(
         self,
-        config: IngestConfig,
+        engine: Engine,
         *,
         start: Position,
-        end: Position | None = None,
-        partitions: Sequence[Partition | int] | None = None,
-        overwrite: bool = False,
-        spark: Any | None = None,
-        metrics: Metrics | None = None,
-        progress: Progress | None = None,
+        end: Position | None,
+        partitions: Sequence[Partition | int] | None,
+        overwrite: bool,
+        progress: Progress | None,
     ) -> None:
-        super().__init__(config, spark=spark, metrics=metrics)
-        if overwrite and config.table.mode == "upsert":
-            raise ConfigError(
-                "applies to append mode; an upsert replay MERGEs, which already replaces rows",
-                key="--overwrite",
-            )
+        self.engine = engine
         self.overwrite = overwrite
-        if start.kind == "latest":
-            raise ConfigError("'latest' is not a valid --from", key="--from")
         self.start_spec = start
         self.end_spec = end or Position("latest")
         self.chosen = partitions
         self.progress = progress or Progress("replay")
         self.versions: dict[Partition, int | None] = {}
 
-    def _start_source(self) -> None:
-        assert self._cluster is not None
-        every = topic_partitions(self._cluster, self.config.source.topics)
+    def poll(self) -> None:
+        """A replay's partitions are fixed at start."""
+
+    def draining(self) -> bool:
+        return self.engine.default_draining()
+
+    def close(self, outcome_ok: bool) -> None:
+        """No group to leave."""
+
+    def start(self) -> None:
+        assert self.engine.cluster is not None
+        every = topic_partitions(self.engine.cluster, self.engine.config.source.topics)
         if self.chosen is None:
             partitions = every
         else:
@@ -176,20 +207,20 @@ class ReplayRun(Engine):
             unknown = [c for c in self.chosen if not any(c == p or c == p.partition for p in every)]
             if unknown:
                 raise ConfigError(f"no such partitions: {unknown}", key="--partitions")
-        self.versions = txn_versions(self.table, partitions)
+        self.versions = txn_versions(self.engine.table, partitions)
         latest = (
-            end_offsets(self._cluster, partitions, self.fetch)
+            end_offsets(self.engine.cluster, partitions, self.engine.fetch)
             if self.end_spec.kind == "latest"
             else {}
         )
         for partition in partitions:
             start = self._start(partition)
             end = self._end(partition, latest)
-            state = self._new_state(partition, start, end)
+            state = self.engine.new_state(partition, start, end)
             state.durable = self.versions[partition]
-            self._spawn(state)
+            self.engine.spawn(state)
         if partitions:
-            self.spark.warm()  # start the JVM while the workers fetch
+            self.engine.spark.warm()  # start the JVM while the workers fetch
         event(
             log,
             "replay_started",
@@ -220,19 +251,20 @@ class ReplayRun(Engine):
             raise ConfigError(f"no end offset for {partition}", key="--to")
         return EndPosition.offset(offset)
 
-    def _on_worker_started(self, state: PartitionState, message: WorkerStarted) -> None:
+    def on_worker_started(self, state: PartitionState, message: WorkerStarted) -> None:
         version = self.versions.get(state.partition)
         ends = message.end_offset
         if version is None or message.start_offset <= version + 1:
             return
         if ends is not None and message.start_offset >= ends:
             return  # an empty range: nothing would be written
-        state.failed = (
+        failure = (
             f"the range starts at offset {message.start_offset}, but the table holds "
             f"{state.partition} only up to offset {version}: landing it would skip "
             f"{version + 1}-{message.start_offset - 1}; replay from offset {version + 1} "
             "or earlier (or let ingest run catch up)"
         )
+        state.change(Change.FAIL, failure=failure)
         event(
             log,
             "partition_refused",
@@ -240,16 +272,16 @@ class ReplayRun(Engine):
             partition=str(state.partition),
             error=state.failed,
         )
-        self._retire(state)
+        self.engine.retire(state)
         state.abandon = True
-        self._abandon_pending(state)
+        self.engine.abandon_pending(state)
 
-    def _after_batch(self, batch: BatchThread, result: Any) -> None:
+    def after_batch(self, batch: BatchThread, result: BatchResult) -> None:
         self._show_progress()
 
     def _show_progress(self, final: bool = False) -> None:
         done = total = 0
-        for state in self.states.values():
+        for state in self.engine.states.values():
             first = state.first_offset
             end = state.end_offset
             if first is None or end is None:
@@ -262,29 +294,31 @@ class ReplayRun(Engine):
         self.progress.update(done, total, final=final)
 
     def _in_batch(self, state: PartitionState) -> bool:
-        return self.batch is not None and state.partition in self.batch.partitions
+        return self.engine.batch is not None and state.partition in self.engine.batch.partitions
 
-    def _after_step(self) -> None:
+    def after_step(self) -> None:
         self._show_progress()
 
-    def _finished(self) -> bool:
-        if self.stopping:
-            return self._shutdown_done()
-        if self.batch is not None:
+    def finished(self) -> bool:
+        if self.engine.stopping:
+            return self.engine.shutdown_done()
+        if self.engine.batch is not None:
             return False
-        return all((s.finished or s.failed) and not len(s.pending) for s in self.states.values())
+        return all(
+            (s.finished or s.failed) and not len(s.pending) for s in self.engine.states.values()
+        )
 
-    def _complete(self) -> Any:
+    def complete(self) -> RunOutcome:
         self._show_progress(final=True)
-        outcome = super()._complete()
+        outcome = self.engine.complete()
         event(
             log,
             "replay_done",
-            batches=self.batches,
-            rows=self.rows_written,
+            batches=self.engine.batches,
+            rows=self.engine.rows_written,
             exit_code=outcome.exit_code,
         )
         return outcome
 
-    def _source_status(self) -> dict[str, Any]:
-        return {"group": self.config.source.group_id, "replay": True}
+    def status(self) -> dict[str, Any]:
+        return {"group": self.engine.config.source.group_id, "replay": True}

@@ -23,20 +23,19 @@ from ingest.client import Cluster
 from ingest.config import IngestConfig, offsets_topic_partition
 from ingest.errors import IngestError
 from ingest.group import Partition
-from ingest.sink.delta import txn_times
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
+from ingest.sink.txnlog import txn_times
 from ingest.supervisor.offsets import (
     as_offsets,
     committed_offsets,
     describe_group,
     end_offsets,
-    fetch_settings,
     start_offset,
-    table_config,
     topic_partitions,
     txn_versions,
 )
+from ingest.supervisor.settings import fetch_settings, table_config
 
 __all__ = ["collect_status", "render_text"]
 

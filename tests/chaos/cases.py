@@ -11,7 +11,7 @@ fault moment, which process, delays) from ``random.Random(f"{case}:{seed}")``, a
    reruns ``--until-end`` until it exits 0 (at most ``_RERUNS`` times);
 4. checks the end state with ``verify_exact``: every offset once, commits at the end.
 
-The recovery reruns are ``GroupRun(until_end=True)`` in this process with a shared Spark
+The recovery reruns are ``group_run(until_end=True)`` in this process with a shared Spark
 session (the same engine the CLI runs; a JVM per rerun would double each run's time).
 Tests call the cases with fixed seeds; ``scripts/chaos`` reruns any of them by seed.
 """
@@ -303,7 +303,7 @@ def check(setup: Setup, *, complete: bool) -> Verdict:
 
 def recover(env: ChaosEnv, setup: Setup, outcome: Outcome) -> None:
     """Partial check, then ``--until-end`` until it exits 0, then the full check."""
-    from ingest.supervisor.runtime import GroupRun
+    from ingest.supervisor.group_run import group_run
 
     partial = check(setup, complete=False)
     if not partial.exact:
@@ -312,7 +312,7 @@ def recover(env: ChaosEnv, setup: Setup, outcome: Outcome) -> None:
         return
     for _ in range(_RERUNS):
         outcome.reruns += 1
-        result = GroupRun(config(setup.path), until_end=True, spark=env.spark).run()
+        result = group_run(config(setup.path), until_end=True, spark=env.spark).run()
         outcome.exit_codes.append(result.exit_code)
         if result.exit_code == 0:
             break

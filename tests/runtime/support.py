@@ -26,7 +26,8 @@ from deltalake import DeltaTable
 from ingest.client import Cluster
 from ingest.config import IngestConfig, load_config
 from ingest.group import Partition
-from ingest.supervisor.offsets import as_offsets, committed_offsets, end_offsets, fetch_settings
+from ingest.supervisor.offsets import as_offsets, committed_offsets, end_offsets
+from ingest.supervisor.settings import fetch_settings
 from ingest.testing import ProducedRecord
 from ingest.testing.configs import write_toml
 
@@ -208,7 +209,7 @@ class Cli:
 
 
 class InProcess:
-    """An engine (``GroupRun`` or ``ReplayRun``) running on a thread of the test process,
+    """An engine (from ``group_run`` or ``replay_run``) running on a thread of the test process,
     with the session's Spark."""
 
     def __init__(self, engine: Any) -> None:

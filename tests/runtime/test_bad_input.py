@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from ingest.protocol.record_builder import Record, build_batch
 from ingest.sink.deadletter import STAGE_CORRUPT, STAGE_DECODE
 from ingest.supervisor.progress import Progress
-from ingest.supervisor.replay import Position, ReplayRun
+from ingest.supervisor.replay import Position, replay_run
 from tests.runtime.support import config, write_config
 from tests.worker.scripted import TOPIC, ScriptedLeader
 
@@ -87,7 +87,7 @@ def test_broken_batches_and_bad_values_become_dead_letters_with_provenance(
             sections={"table.value": {"format": "json", "schema": "id BIGINT, amount DOUBLE"}},
         )
         cfg = config(path)
-        outcome = ReplayRun(
+        outcome = replay_run(
             cfg,
             start=Position("earliest"),
             spark=spark,

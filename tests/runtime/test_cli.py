@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ingest.group import Partition
-from ingest.supervisor.runtime import GroupRun
+from ingest.supervisor.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (
@@ -72,7 +72,7 @@ def finish_until_end(path: Path, spark: Any, ends: int) -> None:
     """A restart with --until-end (in this process): every offset lands once, the group's
     offsets reach the end offsets."""
     cfg = config(path)
-    outcome = GroupRun(cfg, until_end=True, spark=spark).run()
+    outcome = group_run(cfg, until_end=True, spark=spark).run()
     assert outcome.exit_code == 0, outcome.message
     table = cfg.table.uri
     assert_exact(table, dict.fromkeys(range(PARTITIONS), ends))

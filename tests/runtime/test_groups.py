@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ingest.group import Partition
+from ingest.supervisor.group_run import group_run
 from ingest.supervisor.metrics import Metrics
-from ingest.supervisor.runtime import GroupRun
 from ingest.supervisor.status import collect_status
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
@@ -59,7 +59,7 @@ def test_a_second_supervisor_joins_dies_before_committing_offsets_and_the_first_
     )
     produced = 2000
     produce_round(broker, topic, partitions, 0, produced)
-    first = InProcess(GroupRun(config(path), spark=spark))
+    first = InProcess(group_run(config(path), spark=spark))
     try:
         wait_until(lambda: len(first.partitions()) == 8, 60, "the first supervisor to own all")
         wait_until(lambda: row_count(tmp_path / "table") == 8 * produced, 60, "the first rows")
@@ -125,7 +125,7 @@ def test_a_crashed_worker_restarts_and_one_crashing_at_the_same_offset_is_marked
     )
     produce_round(broker, topic, range(1), 0, 5000)  # partition 1 stays empty
     metrics = Metrics()
-    run = InProcess(GroupRun(config(path), spark=spark, metrics=metrics))
+    run = InProcess(group_run(config(path), spark=spark, metrics=metrics))
     try:
         wait_until(lambda: row_count(tmp_path / "table") == 5000, 90, "the first rows")
 

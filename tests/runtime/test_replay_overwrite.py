@@ -18,9 +18,9 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.errors import ConfigError
+from ingest.supervisor.group_run import group_run
 from ingest.supervisor.progress import Progress
-from ingest.supervisor.replay import Position, ReplayRun
-from ingest.supervisor.runtime import GroupRun
+from ingest.supervisor.replay import Position, replay_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from tests.runtime.support import config, write_config
 
@@ -71,7 +71,7 @@ def write(
 
 def overwrite_200_to_599(cfg: Any, spark: Any) -> Any:
     """``ingest replay --from 200 --to 600 --partitions 0 --overwrite``, in this process."""
-    return ReplayRun(
+    return replay_run(
         cfg,
         start=Position("offset", 200),
         end=Position("offset", 600),
@@ -97,7 +97,7 @@ def test_an_overwrite_replay_replaces_the_range_in_the_table_and_the_dead_letter
         ),
     )
     wrong = write(tmp_path, broker, topic, group, WRONG_RULE, "wrong")
-    outcome = GroupRun(wrong, until_end=True, spark=spark).run()
+    outcome = group_run(wrong, until_end=True, spark=spark).run()
     assert outcome.exit_code == 0, outcome.message
     table, dead = tmp_path / "table", Path(wrong.dead_letter_uri())
     every = np.arange(PER_PARTITION)
@@ -153,4 +153,4 @@ def test_overwrite_is_refused_in_upsert_mode(broker: KafkaCluster, tmp_path: Pat
         },
     )
     with pytest.raises(ConfigError, match="--overwrite: applies to append mode"):
-        ReplayRun(config(path), start=Position("earliest"), overwrite=True)
+        replay_run(config(path), start=Position("earliest"), overwrite=True)

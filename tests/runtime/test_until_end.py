@@ -17,10 +17,10 @@ import pytest
 
 from ingest.config import offsets_topic_partition
 from ingest.group import Partition
+from ingest.supervisor.group_run import group_run
 from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.progress import Progress
-from ingest.supervisor.replay import Position, ReplayRun
-from ingest.supervisor.runtime import GroupRun
+from ingest.supervisor.replay import Position, replay_run
 from ingest.supervisor.status import collect_status
 from ingest.testing import KafkaCluster, create_topic, produce, unique_name
 from tests.runtime.support import (
@@ -75,7 +75,7 @@ def landed(
     )
     metrics = Metrics()
     started = time.monotonic()
-    outcome = GroupRun(config(path), until_end=True, spark=spark, metrics=metrics).run()
+    outcome = group_run(config(path), until_end=True, spark=spark, metrics=metrics).run()
     took = time.monotonic() - started
     print(f"--until-end: {outcome.batches} batches, {outcome.rows_written} rows in {took:.1f}s")
     return {"path": path, "outcome": outcome, "metrics": metrics, "table": work / "table"}
@@ -102,7 +102,7 @@ def test_a_second_run_with_no_new_data_does_nothing(landed: dict[str, Any], spar
     cfg = config(landed["path"])
     version = table_version(landed["table"])
     started = time.monotonic()
-    outcome = GroupRun(cfg, until_end=True, spark=spark).run()
+    outcome = group_run(cfg, until_end=True, spark=spark).run()
     assert outcome.exit_code == 0, outcome.message
     assert outcome.batches == 0 and outcome.rows_written == 0
     assert table_version(landed["table"]) == version
@@ -139,7 +139,7 @@ def test_status_reports_offsets_txn_versions_lag_and_the_group(landed: dict[str,
 
 def replay(cfg: Any, spark: Any, **kwargs: Any) -> Any:
     progress = Progress("replay", stream=io.StringIO(), tty=False)
-    engine = ReplayRun(cfg, spark=spark, progress=progress, **kwargs)
+    engine = replay_run(cfg, spark=spark, progress=progress, **kwargs)
     outcome = engine.run()
     return outcome, progress
 

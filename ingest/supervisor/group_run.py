@@ -1,0 +1,419 @@
+"""``ingest run``: the engine fed by the consumer group. Partitions come and go with
+the group's assignments; offsets are committed after the Delta commit, asynchronously, so
+the loop never waits on the coordinator."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.config import IngestConfig
+from ingest.errors import (
+    FencedError,
+    GroupError,
+    IngestError,
+)
+from ingest.faults import fault_point
+from ingest.group import (
+    CommitFailed,
+    Fatal,
+    Fenced,
+    MemberState,
+    OffsetFetchFailed,
+    OffsetsCommitted,
+    Partition,
+    PartitionsAssigned,
+    PartitionsLost,
+    PartitionsRevoked,
+)
+from ingest.logs import event
+from ingest.sink.land import BatchResult
+from ingest.supervisor.batches import (
+    BatchThread,
+)
+from ingest.supervisor.membership import GroupMember, check_commit
+from ingest.supervisor.metrics import Metrics
+from ingest.supervisor.offsets import (
+    committed_value,
+    end_offsets,
+    start_offset,
+    topic_partitions,
+    txn_versions,
+)
+from ingest.supervisor.partitions import Change, PartitionState
+from ingest.supervisor.runtime import Engine, RunOutcome
+from ingest.supervisor.settings import (
+    group_config,
+)
+from ingest.worker import EndPosition, StartPosition, WorkerStarted
+
+__all__ = ["GroupSource", "group_run"]
+
+log = logging.getLogger("ingest.supervisor")
+_COMMIT_RETRY_AFTER = 2.0
+
+
+@dataclass(frozen=True)
+class _CommitInFlight:
+    offsets: Mapping[Partition, int]
+    table_version: int | None
+
+
+def group_run(
+    config: IngestConfig,
+    *,
+    until_end: bool = False,
+    spark: Any | None = None,
+    metrics: Metrics | None = None,
+) -> Engine:
+    """The engine of ``ingest run [--until-end]``, fed by the consumer group."""
+    return Engine(
+        config,
+        lambda engine: GroupSource(engine, until_end=until_end),
+        spark=spark,
+        metrics=metrics,
+    )
+
+
+class GroupSource:
+    """``ingest run``: the partitions the consumer group assigns, committed after Delta.
+
+    ``until_end``: each partition's end offset is snapshotted at start; the run
+    lands everything before it, commits, leaves the group and returns.
+    """
+
+    overwrite = False
+
+    def __init__(self, engine: Engine, *, until_end: bool = False) -> None:
+        self.engine = engine
+        config = engine.config
+        self.until_end = until_end
+        self.mode = "run --until-end" if until_end else "run"
+        self.group = group_config(config)
+        self.member: GroupMember | None = None
+        self.ends: dict[Partition, int] = {}
+        self.revocations: deque[frozenset[Partition]] = deque()
+        self.joined = False
+        self._commit_after = 0.0
+        # At most one OffsetCommit in flight; the loop goes on while it is (its outcome
+        # comes from the member's poll). Revocations wait for it.
+        self._commit_in_flight: _CommitInFlight | None = None
+        self._revocation_committed = False
+
+    def _member(self) -> GroupMember:
+        assert self.member is not None, "the group is joined in start()"
+        return self.member
+
+    def on_worker_started(self, state: PartitionState, message: WorkerStarted) -> None:
+        """Nothing to check: the group's start offsets come from the group and the table."""
+
+    def complete(self) -> RunOutcome:
+        return self.engine.complete()
+
+    # -- the source: the group ---------------------------------------------------------
+
+    def start(self) -> None:
+        assert self.engine.cluster is not None
+        topics = self.engine.config.source.topics
+        try:
+            partitions = topic_partitions(self.engine.cluster, topics)
+        except IngestError as exc:
+            raise IngestError(
+                f"cannot read the metadata of {', '.join(topics)} from "
+                f"{', '.join(self.engine.config.kafka.bootstrap_servers)}: {exc}"
+            ) from exc
+        if self.until_end:
+            self.ends = end_offsets(self.engine.cluster, partitions, self.engine.fetch)
+            event(
+                log,
+                "end_offsets",
+                ends={str(p): o for p, o in sorted(self.ends.items())},
+            )
+            # The table lacks offsets below the ends: a batch will come, so the JVM starts
+            # now, overlapping the JoinGroup and the fetching.
+            durable = txn_versions(self.engine.table, partitions)
+            if any(end > (start_offset(None, durable[p]) or 0) for p, end in self.ends.items()):
+                self.engine.spark.warm()
+        else:
+            self.engine.spark.warm()
+        self.member = GroupMember(self.engine.client, self.group)
+        self.member.subscribe(topics)
+        event(
+            log,
+            "joining",
+            group=self.group.group_id,
+            topics=",".join(topics),
+            protocol=self.group.rebalance_protocol.value,
+            static=self.group.is_static,
+        )
+
+    def poll(self) -> None:
+        member = self._member()
+        try:
+            events = member.poll(0.0)
+        except GroupError as exc:
+            raise GroupError(f"the group membership failed: {exc}") from exc
+        for item in events:
+            if isinstance(item, OffsetsCommitted | CommitFailed):
+                self._commit_done(item)
+            elif isinstance(item, PartitionsAssigned):
+                self._assigned(item)
+            elif isinstance(item, PartitionsRevoked):
+                self._revoked(item.partitions)
+            elif isinstance(item, PartitionsLost):
+                self._lost(item.partitions, item.reason)
+            elif isinstance(item, Fenced):
+                raise FencedError(f"fenced out of group {self.group.group_id!r}: {item.reason}")
+            elif isinstance(item, Fatal):
+                raise GroupError(
+                    f"group {self.group.group_id!r}: {item.error_name}: {item.message}"
+                )
+
+    def _assigned(self, assigned: PartitionsAssigned) -> None:
+        self.joined = True
+        self.engine.metrics.inc("ingest_rebalances_total")
+        new = sorted(p for p in assigned.assignment if p not in self.engine.states)
+        event(
+            log,
+            "partitions_assigned",
+            generation=assigned.generation_id,
+            member_id=assigned.member_id,
+            assignment=",".join(str(p) for p in sorted(assigned.assignment)),
+            new=",".join(str(p) for p in new),
+        )
+        if not new:
+            return
+        committed = self._fetch_committed(new)
+        durable = txn_versions(self.engine.table, new)
+        missing = [p for p in new if self.until_end and p not in self.ends]
+        if missing:
+            assert self.engine.cluster is not None
+            self.ends.update(end_offsets(self.engine.cluster, missing, self.engine.fetch))
+        repairs: dict[Partition, int] = {}
+        for partition in new:
+            offset = start_offset(committed[partition], durable[partition])
+            if offset is not None:
+                start = StartPosition.offset(offset)
+            elif self.engine.config.source.auto_offset_reset == "latest":
+                start = StartPosition.latest()
+            else:
+                start = StartPosition.earliest()
+            end = EndPosition.offset(self.ends[partition]) if self.until_end else None
+            state = self.engine.new_state(partition, start, end)
+            state.committed = committed[partition]
+            state.durable = durable[partition]
+            if offset is not None and (committed[partition] or 0) < offset:
+                # The table is ahead of the group (a crash between the two commits).
+                repairs[partition] = offset
+            if offset is None and self.engine.config.source.auto_offset_reset == "fail":
+                state.change(
+                    Change.FAIL, failure="no committed offset and source.auto_offset_reset = fail"
+                )
+                continue
+            if end is not None and offset is not None and offset >= self.ends[partition]:
+                state.change(Change.FINISH)
+                state.first_offset = state.landed_next = state.resume_offset = offset
+                continue
+            self.engine.spawn(state)
+        if repairs:
+            # The table is ahead of the group: commit what it holds (now, or on a later step
+            # when another commit is in flight).
+            event(log, "commit_repair", offsets={str(p): o for p, o in sorted(repairs.items())})
+            self._commit_owned(repairs)
+
+    def _fetch_committed(self, partitions: list[Partition]) -> dict[Partition, int | None]:
+        deadline = time.monotonic() + float(self.engine.config.kafka.retry_timeout)
+        while True:
+            answer = self._member().fetch_committed(
+                partitions, timeout=float(self.engine.config.kafka.request_timeout) + 5
+            )
+            if not isinstance(answer, OffsetFetchFailed):
+                return {p: committed_value(answer.offsets.get(p)) for p in partitions}
+            if not answer.retriable or time.monotonic() > deadline:
+                raise GroupError(
+                    f"OffsetFetch for {', '.join(map(str, partitions))} failed: "
+                    f"{answer.error_name}: {answer.message}"
+                )
+            time.sleep(0.2)
+
+    def _revoked(self, partitions: frozenset[Partition]) -> None:
+        event(log, "partitions_revoked", partitions=",".join(str(p) for p in sorted(partitions)))
+        for partition in partitions:
+            state = self.engine.states.get(partition)
+            if state is None:
+                continue
+            state.abandon = True
+            self.engine.retire(state)
+            self.engine.abandon_pending(state)
+        self.revocations.append(partitions)
+
+    def _lost(self, partitions: frozenset[Partition], reason: str) -> None:
+        event(
+            log,
+            "partitions_lost",
+            level=logging.WARNING,
+            partitions=",".join(str(p) for p in sorted(partitions)),
+            reason=reason,
+        )
+        self.engine.metrics.inc("ingest_partitions_lost_total", len(partitions))
+        for partition in partitions:
+            state = self.engine.states.pop(partition, None)
+            if state is None:
+                continue
+            state.abandon = True
+            self.engine.retire(state)
+            self.engine.abandon_pending(state)
+            self.engine.metrics.remove(
+                "ingest_partition_failed", topic=partition.topic, partition=partition.partition
+            )
+
+    def after_step(self) -> None:
+        self._process_revocations()
+        if time.monotonic() >= self._commit_after:
+            self._commit_owned()
+
+    def _process_revocations(self) -> None:
+        while self.revocations:
+            partitions = self.revocations[0]
+            if self.engine.batch is not None and self.engine.batch.partitions & partitions:
+                return  # the in-flight batch holding them finishes first
+            if self._commit_in_flight is not None:
+                return  # its outcome first: the committed offsets must be known
+            if not self._revocation_committed:
+                self._revocation_committed = True
+                if self._commit_owned(partitions):
+                    return  # given up once the commit's outcome is in, kept or failed
+            for partition in partitions:
+                self.engine.states.pop(partition, None)
+            self.revocations.popleft()
+            self._revocation_committed = False
+            self._member().revocation_done()
+
+    # -- commits -----------------------------------------------------------------------
+
+    def _commit_target(self, state: PartitionState) -> int | None:
+        target = None if state.durable is None else state.durable + 1
+        in_flight = (
+            self.engine.batch is not None and state.partition in self.engine.batch.partitions
+        )
+        if (
+            state.finished
+            and state.finished_next is not None
+            and not len(state.pending)
+            and not in_flight
+        ):
+            # Past the last data record: only control records (no rows) lie between.
+            target = max(target or 0, state.finished_next)
+        return target
+
+    def _committable(self) -> frozenset[Partition]:
+        revoking = frozenset().union(*self.revocations) if self.revocations else frozenset()
+        return frozenset(self._member().assignment) | revoking
+
+    def _commit_owned(self, only: Iterable[Partition] | None = None) -> bool:
+        """Sends an OffsetCommit of what is durable and not yet committed, unless one is
+        in flight; returns whether it sent one."""
+        if self._commit_in_flight is not None:
+            return False
+        owned = self._committable()
+        offsets: dict[Partition, int] = {}
+        for partition in only if only is not None else list(self.engine.states):
+            state = self.engine.states.get(partition)
+            if state is None or partition not in owned:
+                continue
+            target = self._commit_target(state)
+            if target is not None and (state.committed is None or target > state.committed):
+                offsets[partition] = target
+        if not offsets:
+            return False
+        metadata = (
+            None if self.engine.last_table_version is None else str(self.engine.last_table_version)
+        )
+        self._member().commit_async(offsets, metadata)
+        self._commit_in_flight = _CommitInFlight(offsets, self.engine.last_table_version)
+        return True
+
+    def _commit_done(self, outcome: OffsetsCommitted | CommitFailed) -> None:
+        """The outcome of the OffsetCommit in flight (the member answers them in order)."""
+        sent, self._commit_in_flight = self._commit_in_flight, None
+        offsets = outcome.offsets
+        version = sent.table_version if sent is not None else None
+        try:
+            check_commit(outcome)
+        except GroupError as exc:
+            self.engine.metrics.inc("ingest_offset_commits_total", outcome="failed")
+            self._commit_after = time.monotonic() + _COMMIT_RETRY_AFTER
+            # Fenced: the partitions are revoked or lost next; never resent as it was.
+            event(
+                log,
+                "commit_failed",
+                level=logging.WARNING,
+                offsets={str(p): o for p, o in sorted(offsets.items())},
+                error=str(exc) or type(exc).__name__,
+            )
+            return
+        self.engine.metrics.inc("ingest_offset_commits_total", outcome="ok")
+        for partition, offset in offsets.items():
+            state = self.engine.states.get(partition)
+            if state is not None:
+                state.committed = max(offset, state.committed or 0)
+        event(
+            log,
+            "offsets_committed",
+            table_version=version,
+            offsets={str(p): o for p, o in sorted(offsets.items())},
+        )
+        # Fault injection (a no-op unless INGEST_FAULT_POINT is set; ingest/faults.py).
+        fault_point("after_offset_commit")
+
+    def after_batch(self, batch: BatchThread, result: BatchResult) -> None:
+        self._commit_owned(batch.partitions)
+
+    # -- ending ------------------------------------------------------------------------
+
+    def draining(self) -> bool:
+        if self.engine.stopping:
+            return True
+        return self.until_end and not any(s.live for s in self.engine.states.values())
+
+    def _settled(self, state: PartitionState) -> bool:
+        if not (state.finished or state.failed) or len(state.pending):
+            return False
+        target = self._commit_target(state)
+        return target is None or (state.committed is not None and state.committed >= target)
+
+    def finished(self) -> bool:
+        if self._commit_in_flight is not None:
+            return False
+        if self.engine.stopping:
+            return self.engine.shutdown_done() and not self.revocations
+        if not self.until_end or not self.joined or self.engine.batch is not None:
+            return False
+        if self.revocations or self._member().state is not MemberState.STABLE:
+            return False
+        return all(self._settled(s) for s in self.engine.states.values())
+
+    def close(self, outcome_ok: bool) -> None:
+        member = self.member
+        if member is None:
+            return
+        # With a batch still in flight nothing more is committed: whoever takes over
+        # lands its rows again, and the txn filter keeps each of them once.
+        member.close(timeout=float(self.engine.config.kafka.request_timeout) + 5)
+        event(log, "left_group", group=self.group.group_id, static=self.group.is_static)
+
+    def status(self) -> dict[str, Any]:
+        member = self.member
+        if member is None:
+            return {"group": self.group.group_id}
+        status = member.status
+        return {
+            "group": self.group.group_id,
+            "member_id": status.member_id,
+            "generation": status.generation_id,
+            "member_state": status.state.value,
+        }

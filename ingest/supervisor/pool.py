@@ -1,0 +1,237 @@
+"""The worker pool: spawning one worker process per partition, pumping their events,
+restarting crashed workers with backoff, retiring them, releasing their segments, and the
+global buffer cap's pauses. The engine decides what the events mean (``on_event``)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing.connection
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ingest.config import WorkerSection
+from ingest.group import Partition
+from ingest.handoff import CorruptRangeReported, HandoffStore, SegmentSealed
+from ingest.logs import event
+from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
+from ingest.supervisor.batches import Item, item_id
+from ingest.supervisor.metrics import Metrics
+from ingest.supervisor.partitions import Change, PartitionState
+from ingest.worker import Event, Release, WorkerHandle, WorkerSettings, prestart_fork_server
+
+__all__ = ["WorkerPool", "prestart_workers", "spawn_worker"]
+
+log = logging.getLogger("ingest.supervisor")
+
+_MAX_RESTART_BACKOFF = 60.0
+
+
+def spawn_worker(settings: WorkerSettings) -> WorkerHandle:
+    """Spawns a worker that ignores SIGINT: Ctrl-C reaches the whole process group, and
+    stopping workers is the supervisor's business (a graceful stop seals their segments).
+    Workers fork from the fork server, which ignores SIGINT from its start."""
+    prestart_workers()
+    return WorkerHandle.spawn(settings, ignore_sigint=True)
+
+
+def prestart_workers() -> None:
+    """Starts the workers' fork server (once) with SIGINT ignored, so that its forks
+    ignore it from their first instruction."""
+    if threading.current_thread() is not threading.main_thread():
+        prestart_fork_server()
+        return
+    # Blocked while the disposition is SIG_IGN, so a Ctrl-C in this window is not lost:
+    # it is delivered to our own handler once unblocked.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        prestart_fork_server()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+class WorkerPool:
+    """The workers of the engine's partitions (``states``, shared with the engine) and the
+    retiring ones whose late segments are dropped."""
+
+    def __init__(
+        self,
+        worker: WorkerSection,
+        store: HandoffStore,
+        cap: GlobalBufferCap,
+        metrics: Metrics,
+        states: dict[Partition, PartitionState],
+        *,
+        settings_for: Callable[[PartitionState], WorkerSettings],
+        on_event: Callable[[PartitionState, Event], None],
+        on_pause: Callable[[], None],
+        engine_stopping: Callable[[], bool],
+    ) -> None:
+        self.worker = worker
+        self.store = store
+        self.cap = cap
+        self.metrics = metrics
+        self.states = states
+        self.retiring: list[WorkerHandle] = []
+        self._settings_for = settings_for
+        self._on_event = on_event
+        self._on_pause = on_pause
+        self._engine_stopping = engine_stopping
+
+    def close(self) -> None:
+        for state in self.states.values():
+            if state.handle is not None:
+                state.handle.close(timeout=1.0)
+                state.handle = None
+        for handle in self.retiring:
+            handle.close(timeout=1.0)
+        self.retiring.clear()
+
+    def spawn(self, state: PartitionState) -> None:
+        state.handle = spawn_worker(self._settings_for(state))
+        state.change(Change.SPAWN)
+        if self.cap.paused:
+            state.handle.pause()
+
+    def live_handles(self) -> list[tuple[PartitionState | None, WorkerHandle]]:
+        pairs: list[tuple[PartitionState | None, WorkerHandle]] = [
+            (s, s.handle) for s in self.states.values() if s.handle is not None
+        ]
+        pairs += [(None, h) for h in self.retiring]
+        return pairs
+
+    def pump(self, timeout: float) -> None:
+        pairs = self.live_handles()
+        if not pairs:
+            time.sleep(timeout)
+            return
+        waitables: list[Any] = []
+        for _, handle in pairs:
+            if not handle.events_closed:
+                waitables.append(handle.connection)
+            waitables.append(handle.sentinel)
+        multiprocessing.connection.wait(waitables, timeout)
+        for state, handle in pairs:
+            events = handle.receive(0.0)
+            if state is None:
+                self.drop_items(
+                    [e for e in events if isinstance(e, SegmentSealed | CorruptRangeReported)]
+                )
+                if handle.events_closed and not handle.alive:
+                    handle.close(timeout=0.5)
+                    self.retiring.remove(handle)
+                continue
+            for worker_event in events:
+                self._on_event(state, worker_event)
+            if handle.events_closed and not handle.alive:
+                self.exited(state)
+
+    def exited(self, state: PartitionState) -> None:
+        handle = state.handle
+        assert handle is not None
+        state.handle = None
+        reason = handle.exit_reason() or "ended"
+        code = handle.exitcode
+        handle.close(timeout=0.5)
+        if state.stopping or state.finished or state.failed or self._engine_stopping():
+            return
+        offset = state.resume_offset if state.resume_offset is not None else -1
+        crashes = state.crashes.get(offset, 0) + 1
+        state.crashes[offset] = crashes
+        labels: dict[str, object] = {
+            "topic": state.partition.topic,
+            "partition": state.partition.partition,
+        }
+        limit = int(self.worker.max_restarts_at_same_offset)
+        if crashes > limit:
+            state.change(
+                Change.FAIL,
+                failure=f"the worker crashed {crashes} times at offset {offset}, last: {reason}",
+            )
+            self.metrics.set("ingest_partition_failed", 1, **labels)
+            event(
+                log,
+                "partition_failed",
+                level=logging.ERROR,
+                partition=str(state.partition),
+                offset=offset,
+                crashes=crashes,
+                error=reason,
+            )
+            return
+        delay = min(float(self.worker.restart_backoff) * 2 ** (crashes - 1), _MAX_RESTART_BACKOFF)
+        state.change(Change.CRASH)
+        state.restart_at = time.monotonic() + delay
+        self.metrics.inc("ingest_worker_restarts_total", 1, **labels)
+        event(
+            log,
+            "worker_crashed",
+            level=logging.WARNING,
+            partition=str(state.partition),
+            offset=offset,
+            exit_code=code,
+            error=reason,
+            restart_in_s=round(delay, 3),
+            crashes_at_offset=crashes,
+        )
+
+    def restart_due(self) -> None:
+        now = time.monotonic()
+        for state in self.states.values():
+            if (
+                state.restart_at is not None
+                and now >= state.restart_at
+                and state.handle is None
+                and not state.failed
+                and not state.stopping
+            ):
+                self.spawn(state)
+
+    def retire(self, state: PartitionState) -> None:
+        """Stops the worker at once; its late segments are dropped when they arrive."""
+        if state.handle is not None:
+            state.handle.stop_now(wait=None)
+            self.retiring.append(state.handle)
+            state.handle = None
+        state.change(Change.STOP)
+
+    def apply_cap(self, decision: CapDecision | None) -> None:
+        if decision is None:
+            return
+        pause = decision is CapDecision.PAUSE_ALL
+        if pause:
+            self._on_pause()
+        event(log, "buffer_cap", paused=pause, held_bytes=self.cap.held_bytes)
+        for state in self.states.values():
+            if state.handle is not None:
+                if pause:
+                    state.handle.pause()
+                else:
+                    state.handle.resume()
+
+    def release(self, items: Mapping[Partition, Iterable[Item]]) -> None:
+        for partition, chosen in items.items():
+            chosen = list(chosen)
+            if not chosen:
+                continue
+            ids = [item_id(i) for i in chosen]
+            self.store.release(ids)
+            state = self.states.get(partition)
+            if state is not None and state.handle is not None:
+                state.handle.send(Release(tuple(ids)))
+            self.apply_cap(self.cap.released(partition, sum(i.bytes for i in chosen)))
+
+    def drop_items(self, items: list[Any]) -> None:
+        by_partition: dict[Partition, list[Item]] = {}
+        for item in items:
+            by_partition.setdefault(Partition(item.topic, item.partition), []).append(item)
+        for partition, chosen in by_partition.items():
+            self.apply_cap(self.cap.sealed(partition, sum(i.bytes for i in chosen)))
+        self.release(by_partition)
+
+    def abandon_pending(self, state: PartitionState) -> None:
+        self.release({state.partition: state.pending.clear()})

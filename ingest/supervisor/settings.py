@@ -1,0 +1,141 @@
+"""Config -> settings: every conversion of the validated ``IngestConfig`` into the
+settings of one layer (group, handoff, worker, fetch, sink) lives here, so each layer takes
+its own typed settings and never reads the config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ingest.client import ClientConfig
+from ingest.config import IngestConfig
+from ingest.group import (
+    CooperativeStickyAssignor,
+    GroupConfig,
+    Partition,
+    RangeAssignor,
+    RoundRobinAssignor,
+)
+from ingest.group.assignors import Assignor
+from ingest.handoff import HandoffConfig, HandoffLocation
+from ingest.sink.config import TableConfig
+from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
+
+__all__ = [
+    "fetch_settings",
+    "group_config",
+    "handoff_config",
+    "s3_options",
+    "table_config",
+    "worker_settings",
+]
+
+_ASSIGNORS: dict[str, type[Assignor]] = {
+    "cooperative-sticky": CooperativeStickyAssignor,
+    "range": RangeAssignor,
+    "roundrobin": RoundRobinAssignor,
+}
+
+
+def handoff_config(config: IngestConfig) -> HandoffConfig:
+    section = config.handoff
+    options: dict[str, Any] = {}
+    if section.root and section.root.startswith("s3://"):
+        options = s3_options(config.table_storage_options())
+    return HandoffConfig(
+        mode=section.mode,
+        root=section.root,
+        storage_options=options,
+        segment_max_bytes=int(section.segment_max_bytes),
+        segment_max_age=float(section.segment_max_age),
+    )
+
+
+def s3_options(delta_options: Mapping[str, str]) -> dict[str, Any]:
+    """pyarrow ``S3FileSystem`` arguments from delta-rs storage options (segments on S3
+    use the table's endpoint and credentials)."""
+    lowered = {k.lower(): v for k, v in delta_options.items()}
+    out: dict[str, Any] = {}
+    endpoint = lowered.get("aws_endpoint_url") or lowered.get("aws_endpoint")
+    if endpoint:
+        scheme, _, rest = (
+            endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
+        )
+        out["endpoint_override"] = rest.rstrip("/")
+        out["scheme"] = scheme
+    for ours, theirs in (
+        ("aws_access_key_id", "access_key"),
+        ("aws_secret_access_key", "secret_key"),
+        ("aws_session_token", "session_token"),
+        ("aws_region", "region"),
+    ):
+        if lowered.get(ours):
+            out[theirs] = lowered[ours]
+    return out
+
+
+def group_config(config: IngestConfig) -> GroupConfig:
+    source = config.source
+    return GroupConfig(
+        group_id=source.group_id,
+        group_instance_id=source.group_instance_id,
+        session_timeout_ms=int(float(source.session_timeout) * 1000),
+        heartbeat_interval_ms=int(float(source.heartbeat_interval) * 1000),
+        rebalance_timeout_ms=int(float(source.rebalance_timeout) * 1000),
+        assignors=tuple(_ASSIGNORS[name]() for name in source.assignors),
+        leave_on_close=source.leave_group_on_shutdown,
+    )
+
+
+def fetch_settings(config: IngestConfig) -> FetchSettings:
+    fetch = config.fetch
+    return FetchSettings(
+        max_wait_ms=int(float(fetch.max_wait) * 1000),
+        min_bytes=int(fetch.min_bytes),
+        max_bytes=int(fetch.max_bytes),
+        partition_max_bytes=int(fetch.partition_max_bytes),
+        isolation_level=config.source.isolation_level,
+        auto_offset_reset=config.source.auto_offset_reset,
+        check_crc=fetch.check_crc,
+    )
+
+
+def table_config(config: IngestConfig) -> TableConfig:
+    table = config.table
+    return TableConfig(
+        uri=table.uri,
+        group=config.source.group_id,
+        storage_options=config.table_storage_options(),
+        mode=table.mode,
+        merge_keys=tuple(table.merge_keys),
+        value_format=table.value.format,
+        value_schema=table.value.schema,
+        transform=table.transform,
+        partition_by=tuple(table.partition_by),
+        dead_letter_uri=config.dead_letter_uri(),
+    )
+
+
+def worker_settings(
+    config: IngestConfig,
+    client: ClientConfig,
+    fetch: FetchSettings,
+    handoff: HandoffLocation,
+    partition: Partition,
+    start: StartPosition,
+    end: EndPosition | None,
+) -> WorkerSettings:
+    """One partition's worker: where it starts and ends, and where its segments go."""
+    return WorkerSettings(
+        client=client,
+        topic=partition.topic,
+        partition=partition.partition,
+        handoff=handoff,
+        start=start,
+        end=end,
+        fetch=fetch,
+        max_unacked_bytes=int(config.worker.max_unacked_bytes),
+        resume_unacked_bytes=int(config.worker.resume_unacked_bytes),
+        log_level=config.logging.level.upper(),
+        log_format=config.logging.format,
+    )
