@@ -9,16 +9,32 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   ├── EncodeError              a value the chosen version cannot carry
     │   ├── UnsupportedVersionError  no version both sides support
     │   ├── CorruptBatchError        a record batch failed its CRC or structure checks
+    │   │   └── UnreadableCorruption     broken framing at the fetch position: the rest of
+    │   │                                the partition cannot be reached (ingest/worker/results.py)
     │   └── BrokerFaultError         the broker broke a contract the client relies on (fatal)
     ├── BrokerError                  the broker answered with a non-zero error code
     │   (carries the code's row from ingest.protocol.error_codes: name, retriable)
     ├── KafkaConnectionError         connect, TLS, SASL or socket failure (retriable)
     │   └── RequestTimeoutError      no answer within the request timeout
     ├── GroupError                   consumer-group membership failures
-    │   └── FencedError              a newer generation or instance fenced us out
+    │   ├── FencedError              a newer generation or instance fenced us out
+    │   └── GroupProtocolError       the group protocol was broken; ``remote`` says by whom
+    │       ├── LocalProtocolError   by this process: its driver or its own assignor
+    │       │   └── InvalidTransition    an input the group machine's table does not accept
+    │       │                            in its state (ingest/group/types.py)
+    │       └── RemoteProtocolError  by the other side: the coordinator's answer or another
+    │                                member's bytes
+    ├── HandoffError                 a segment could not be written, published, read or
+    │                                released (ingest/handoff/store.py)
     ├── SinkError                    Delta / Spark sink failures
+    │   └── StaleBatchError          a concurrent writer covered offsets of the batch: redo it
+    │                                from its segments (ingest/sink/delta.py)
     ├── DependencyError              Java or a Maven artifact missing or unresolvable
     └── HarnessError                 the test harness could not start or stop a server
+
+A class defined in another module names it in parentheses; the rest live here. A private
+exception that never leaves its module (``records_reference._RecordFailure``, control
+flow of the reference decoder) is not part of the tree.
 
 Errors are plain classes with keyword fields, so that a message always names
 where the failure happened (offset and field, broker and API, topic and
@@ -140,6 +156,37 @@ class GroupError(IngestError):
 
 class FencedError(GroupError):
     """A newer generation or another instance with our id fenced us out."""
+
+
+class GroupProtocolError(GroupError):
+    """The consumer-group protocol was broken. ``remote`` tells by which side (as h11
+    splits its protocol errors): the other side's bytes or answer (``RemoteProtocolError``),
+    or this process's own use of the group machine (``LocalProtocolError``).
+
+    The group machine reports either in a ``Fatal`` event whose ``error_name`` is the
+    class's ``error_name``; only local misuse of the machine is raised at once.
+    """
+
+    remote: bool = False
+    error_name = "PROTOCOL_ERROR"
+
+
+class LocalProtocolError(GroupProtocolError):
+    """This process broke the group protocol: its driver fed the machine an input the
+    machine's state does not accept, or its own assignor made an assignment the
+    protocol forbids. A bug on this side; the coordinator and the other members are fine."""
+
+    remote = False
+    error_name = "LOCAL_PROTOCOL_ERROR"
+
+
+class RemoteProtocolError(GroupProtocolError):
+    """The other side broke the group protocol: the coordinator's answer or another
+    member's bytes (its subscription, the leader's assignment) cannot be used. Asking
+    again gets the same bytes, so it is never retried."""
+
+    remote = True
+    error_name = "REMOTE_PROTOCOL_ERROR"
 
 
 class SinkError(IngestError):

@@ -48,7 +48,8 @@ from ingest.group.events import (
     Subscribe,
     Tick,
 )
-from ingest.group.machine import TRANSITIONS, GroupMachine
+from ingest.group.machine import GroupMachine
+from ingest.group.transitions import TRANSITIONS
 from ingest.group.types import InvalidTransition, MemberState, Partition, RebalanceProtocol
 
 __all__ = [

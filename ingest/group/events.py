@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ingest.errors import GroupError, GroupProtocolError, LocalProtocolError, RemoteProtocolError
 from ingest.group.config import CoordinatorVersions
 from ingest.group.types import Partition
 from ingest.protocol.messages import (
@@ -280,11 +281,29 @@ class Fenced:
 
 @dataclass(frozen=True)
 class Fatal:
-    """Terminal: the member cannot continue."""
+    """Terminal: the member cannot continue.
+
+    ``error_code`` is the coordinator's error code, or None when the group protocol
+    itself was broken: then ``error_name`` says by which side, ``REMOTE_PROTOCOL_ERROR``
+    (the coordinator's answer or another member's bytes) or ``LOCAL_PROTOCOL_ERROR``
+    (this process's own assignor), and ``exception()`` is of the matching class.
+    """
 
     error_code: int | None
     error_name: str
     message: str
+
+    @classmethod
+    def protocol_broken(cls, error: GroupProtocolError) -> Fatal:
+        return cls(None, error.error_name, str(error))
+
+    def exception(self) -> GroupError:
+        """The error to raise for this event."""
+        if self.error_code is None:
+            for kind in (RemoteProtocolError, LocalProtocolError):
+                if self.error_name == kind.error_name:
+                    return kind(self.message)
+        return GroupError(f"{self.error_name}: {self.message}")
 
 
 @dataclass(frozen=True)

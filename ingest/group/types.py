@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import NamedTuple
 
-from ingest.errors import GroupError
+from ingest.errors import LocalProtocolError
 
 __all__ = [
     "InvalidTransition",
@@ -58,8 +58,13 @@ class RebalanceProtocol(Enum):
     COOPERATIVE = "cooperative"
 
 
-class InvalidTransition(GroupError):
-    """The machine got an input its transition table does not accept in its current state."""
+class InvalidTransition(LocalProtocolError):
+    """The machine got an input its transition table does not accept in its current state.
+
+    A local error: the driver fed an input the protocol does not allow now (a
+    RevocationDone with no revocation pending, an answer to no request in flight).
+    The machine is left exactly as it was.
+    """
 
     def __init__(self, state: MemberState, input_type: type, detail: str = "") -> None:
         self.state = state

@@ -169,9 +169,10 @@ class GroupSource:
             elif isinstance(item, Fenced):
                 raise FencedError(f"fenced out of group {self.group.group_id!r}: {item.reason}")
             elif isinstance(item, Fatal):
-                raise GroupError(
+                error = item.exception()  # RemoteProtocolError, LocalProtocolError or GroupError
+                raise type(error)(
                     f"group {self.group.group_id!r}: {item.error_name}: {item.message}"
-                )
+                ) from error
 
     def _assigned(self, assigned: PartitionsAssigned) -> None:
         self.joined = True

@@ -11,6 +11,7 @@ from ingest.group import (
     CoordinatorVersions,
     Fatal,
     Fenced,
+    FetchCommitted,
     FindCoordinator,
     GroupMachine,
     InvalidTransition,
@@ -19,6 +20,7 @@ from ingest.group import (
     MemberState,
     MetadataUpdate,
     NeedMetadata,
+    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
@@ -42,6 +44,7 @@ from ingest.protocol.messages import (
     JoinGroupResponseMember,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    OffsetFetchRequest,
     SyncGroupRequest,
 )
 from tests.group.support import (
@@ -493,6 +496,33 @@ def test_request_failures_mark_the_coordinator_unknown() -> None:
     assert events_of(outputs, FindCoordinator) and s.state is S.STABLE
     with pytest.raises(InvalidTransition, match="no such request is in flight"):
         s(RequestFailed(HeartbeatRequest.api_key))
+
+
+def test_join_answered_without_a_coordinator_after_a_subscription_change_revokes_first() -> None:
+    """Cooperative: the JoinGroup is answered after a failed request made the coordinator
+    unknown, and the subscription dropped a topic meanwhile. No SyncGroup can go, so the
+    member rejoins, and first revokes the dropped topic's partitions.
+
+    Before issue 15 this crashed the machine (its handler chose REVOKING, which the
+    table did not allow for a JoinGroup answer).
+    """
+    s = Script()
+    s.joining(topics=(TOPIC, "audit"))
+    s(join_ok("member-1"))
+    s(sync_ok(tp(TOPIC, 0) | tp("audit", 0)))
+    s(Tick(), after=1.0)
+    only_request(s(heartbeat(E.REBALANCE_IN_PROGRESS)), JoinGroupRequest)
+    assert s(Subscribe(frozenset({TOPIC}))) == []  # the JoinGroup in flight has the old topics
+    s(FetchCommitted(frozenset({Partition(TOPIC, 0)})))
+    assert events_of(s(RequestFailed(OffsetFetchRequest.api_key, "timeout")), FindCoordinator)
+    outputs = s(join_ok("member-1", generation=2))
+    assert events_of(outputs, PartitionsRevoked) == [PartitionsRevoked(tp("audit", 0))]
+    assert not requests_of(outputs, SyncGroupRequest)
+    assert s.state is S.REVOKING and s.machine.assignment == tp(TOPIC, 0) | tp("audit", 0)
+    s(coordinator_found())
+    rejoin = only_request(s(RevocationDone()), JoinGroupRequest)
+    assert decode_subscription(rejoin.protocols[0].metadata).topics == (TOPIC,)
+    assert owned_in(rejoin) == {(TOPIC, 0)}
 
 
 def test_coordinator_lost_during_sync_rejoins() -> None:

@@ -30,6 +30,7 @@ from ingest.group.requests import commit_error
 from ingest.protocol.error_codes import error_for
 from ingest.protocol.messages import (
     JoinGroupRequest,
+    LeaveGroupResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
@@ -172,6 +173,24 @@ def test_group_authorization_failure_on_commit_is_fatal() -> None:
     outputs = s(commit_response(request, E.GROUP_AUTHORIZATION_FAILED))
     assert events_of(outputs, CommitFailed) and events_of(outputs, Fatal)
     assert s.state is MemberState.FAILED
+
+
+def test_authorization_failure_of_a_commit_answered_after_leaving_only_fails_it() -> None:
+    """The member left (no longer in a group to fail); the commit's failure is reported.
+
+    Before issue 15 this answer crashed the machine (its handler chose FAILED, which
+    the table did not allow from UNJOINED).
+    """
+    s = stable()
+    request = only_request(s(Commit(OFFSETS)), OffsetCommitRequest)
+    s(Leave())
+    s(RevocationDone())
+    s(LeaveGroupResponse(error_code=0))
+    assert s.state is MemberState.UNJOINED
+    outputs = s(commit_response(request, E.GROUP_AUTHORIZATION_FAILED))
+    (failed,) = events_of(outputs, CommitFailed)
+    assert failed.error_name == "GROUP_AUTHORIZATION_FAILED" and not failed.retriable
+    assert outputs == [failed] and s.state is MemberState.UNJOINED
 
 
 def test_first_failing_partition_decides_and_authorization_comes_last() -> None:

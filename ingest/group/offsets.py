@@ -1,0 +1,137 @@
+"""Offsets through the group: the answers the machine gives a Commit or FetchCommitted
+itself, and the events an OffsetCommit or OffsetFetch answer becomes.
+
+Pure functions of what the machine knows. The machine sends the requests and
+decides, from the error code these return, what an answer means for its
+membership (``machine.py``); nothing here changes a state.
+"""
+
+from __future__ import annotations
+
+from ingest.group.events import (
+    Commit,
+    CommitFailed,
+    FetchCommitted,
+    OffsetFetchFailed,
+    OffsetsCommitted,
+    OffsetsFetched,
+)
+from ingest.group.requests import commit_error, fetch_outcome
+from ingest.group.types import MemberState, Partition
+from ingest.protocol.error_codes import ErrorCode, error_for
+from ingest.protocol.messages import OffsetCommitResponse, OffsetFetchResponse
+
+__all__ = [
+    "COMMIT_RETRIABLE",
+    "commit_answered",
+    "commit_lost",
+    "fetch_answered",
+    "fetch_lost",
+    "refuse_commit",
+    "refuse_fetch",
+]
+
+E = ErrorCode
+_TERMINAL = (MemberState.FENCED, MemberState.FAILED)
+_REBALANCING = (MemberState.JOINING, MemberState.SYNCING)
+
+#: Commit errors after which the same commit may be sent again as it is.
+COMMIT_RETRIABLE = frozenset(
+    {
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+        E.UNKNOWN_TOPIC_OR_PARTITION,
+        E.COORDINATOR_NOT_AVAILABLE,
+        E.NOT_COORDINATOR,
+        E.REQUEST_TIMED_OUT,
+    }
+)
+
+
+def refuse_commit(
+    commit: Commit,
+    state: MemberState,
+    *,
+    active: bool,
+    assignment: frozenset[Partition],
+    coordinator_known: bool,
+) -> CommitFailed | OffsetsCommitted | None:
+    """The machine's own answer to ``commit``, or None when it goes to the coordinator.
+
+    ``active``: a member of a generation that may commit (stable, or revoking);
+    ``assignment``: the partitions it may commit (those being revoked included).
+    """
+
+    def refuse(name: str, message: str, retriable: bool = False) -> CommitFailed:
+        return CommitFailed(commit.offsets, commit.metadata, None, name, retriable, message)
+
+    if state in _TERMINAL:
+        return refuse("NOT_A_MEMBER", f"the member is {state.name}")
+    if state in _REBALANCING:
+        return refuse("REBALANCE_IN_PROGRESS", "commit after the rebalance completes")
+    if not active:
+        return refuse("NOT_A_MEMBER", "the member is not in an active generation")
+    not_owned = sorted(set(commit.offsets) - assignment)
+    if not_owned:
+        names = ", ".join(str(p) for p in not_owned)
+        return refuse("NOT_ASSIGNED", f"this member does not own {names}")
+    if not commit.offsets:
+        return OffsetsCommitted(commit.offsets, commit.metadata)
+    if not coordinator_known:
+        return refuse("COORDINATOR_UNKNOWN", "the coordinator is being looked up", True)
+    return None
+
+
+def commit_answered(
+    commit: Commit, response: OffsetCommitResponse
+) -> tuple[OffsetsCommitted | CommitFailed, int]:
+    """The event for ``commit``'s answer, and the error code that decides it (0: none)."""
+    code = commit_error(response)
+    if code == E.NONE:
+        return OffsetsCommitted(commit.offsets, commit.metadata), code
+    info = error_for(code)
+    failed = CommitFailed(
+        commit.offsets,
+        commit.metadata,
+        code,
+        info.name,
+        code in COMMIT_RETRIABLE,
+        info.description,
+    )
+    return failed, code
+
+
+def commit_lost(commit: Commit, message: str) -> CommitFailed:
+    """The OffsetCommit got no answer: the commit may be sent again."""
+    return CommitFailed(commit.offsets, commit.metadata, None, "REQUEST_FAILED", True, message)
+
+
+def refuse_fetch(
+    fetch: FetchCommitted, state: MemberState, *, coordinator_known: bool
+) -> OffsetsFetched | OffsetFetchFailed | None:
+    """The machine's own answer to ``fetch``, or None when it goes to the coordinator."""
+    if not fetch.partitions:
+        return OffsetsFetched({})
+    if state in _TERMINAL or not coordinator_known:
+        retriable = state not in _TERMINAL
+        message = "the coordinator is being looked up" if retriable else state.name
+        name = "COORDINATOR_UNKNOWN" if retriable else "NOT_A_MEMBER"
+        return OffsetFetchFailed(fetch.partitions, None, name, retriable, message)
+    return None
+
+
+def fetch_answered(
+    response: OffsetFetchResponse, group_id: str, partitions: frozenset[Partition]
+) -> tuple[OffsetsFetched | OffsetFetchFailed, int]:
+    """The event for an OffsetFetch answer, and its error code (0: none)."""
+    outcome = fetch_outcome(response, group_id, partitions)
+    if not outcome.error_code:
+        return OffsetsFetched(outcome.offsets), 0
+    code = outcome.error_code
+    info = error_for(code)
+    message = f"{info.description} {outcome.detail}".strip()
+    return OffsetFetchFailed(partitions, code, info.name, outcome.retriable, message), code
+
+
+def fetch_lost(partitions: frozenset[Partition], message: str) -> OffsetFetchFailed:
+    """The OffsetFetch got no answer: it may be asked again."""
+    return OffsetFetchFailed(partitions, None, "REQUEST_FAILED", True, message)

@@ -1,0 +1,334 @@
+"""The group machine's transition table: (state, outcome) -> next state and effects.
+
+A handler reads its input, records what the input says (a member id, a
+subscription, that the coordinator moved) and names the ``Outcome``: a ``Step``.
+The row of ``ROWS`` for the machine's state and that outcome gives the next
+state and the ``Effect``s that carry the outcome out, in order. Handlers never
+choose a state: a state change is one lookup in ``ROWS``, as in h11 and h2. An
+input may take more than one step (an assignment applied, then the rejoin the
+subscription asked for; each request a lost connection failed), each a lookup.
+
+``ACCEPTS`` is the other half: for each input type, the states that accept it
+and the outcomes its handler may name there. Any other (state, input) pair
+raises ``InvalidTransition``. ``TRANSITIONS`` derives from both, per accepted
+pair, the outcomes and the states they can lead to. (In the tables, ``On`` is
+``Outcome`` and ``Do`` is ``Effect``.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
+from enum import Enum
+
+from ingest.group.events import (
+    Commit,
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    CoordinatorLost,
+    FetchCommitted,
+    Leave,
+    MetadataUpdate,
+    Output,
+    RequestFailed,
+    RevocationDone,
+    Subscribe,
+    Tick,
+)
+from ingest.group.types import MemberState, Partition
+from ingest.protocol.messages import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+
+__all__ = [
+    "ACCEPTS",
+    "ROWS",
+    "STAY",
+    "TERMINAL",
+    "TRANSITIONS",
+    "Effect",
+    "Outcome",
+    "Row",
+    "Step",
+    "Transition",
+]
+
+UNJOINED = MemberState.UNJOINED
+JOINING = MemberState.JOINING
+SYNCING = MemberState.SYNCING
+STABLE = MemberState.STABLE
+REVOKING = MemberState.REVOKING
+LEAVING = MemberState.LEAVING
+FENCED = MemberState.FENCED
+FAILED = MemberState.FAILED
+TERMINAL = frozenset({FENCED, FAILED})
+
+
+class Outcome(Enum):
+    """What an input comes to; the row for (state, outcome) says where that leads."""
+
+    STAY = "nothing changes state (answered, refused, stale or only recorded)"
+    # joining and syncing
+    JOIN = "start a join round: a JoinGroup now, or after a backoff"
+    RETRY_JOIN = "the JoinGroup got no answer: send it again after a backoff"
+    REJOIN_AFTER_SYNC = "the subscription changed mid-round: finish it, then rejoin"
+    REVOKE_THEN_JOIN = "rejoin, but first revoke what must not be kept while rejoining"
+    REVOKE_MORE = "already revoking: revoke more (topics left the subscription)"
+    AWAIT_METADATA = "the leader needs partition counts before it can assign"
+    SYNC = "send the SyncGroup (the leader's assignments, or a follower's empty one)"
+    ASSIGNED = "the SyncGroup answer's assignment is applied"
+    ASSIGNED_REVOKING = "the assignment is applied; what it takes away is revoked"
+    # losing the generation (Kafka's rule: the partitions are lost, then rejoin)
+    GENERATION_LOST = "ILLEGAL_GENERATION: the member id may still be valid"
+    MEMBER_LOST = "UNKNOWN_MEMBER_ID: the member id is gone too"
+    SESSION_EXPIRED = "no heartbeat answer within the session timeout"
+    # leaving
+    REVOKE_THEN_LEAVE = "Leave: revoke what is owned; leave once it is acknowledged"
+    LEAVE_AFTER_REVOCATION = "Leave: revocations are pending; leave once acknowledged"
+    SEND_LEAVE_GROUP = "forget the membership and send LeaveGroup"
+    LEAVE_QUIETLY = "forget the membership without LeaveGroup (static, or nothing to leave)"
+    LEFT = "the LeaveGroup was answered or failed (or there was nothing to leave)"
+    # terminal
+    FENCE = "another consumer joined with our group.instance.id"
+    FAIL = "a fatal error: authorization, inconsistent protocol, broken protocol"
+
+
+class Effect(Enum):
+    """One thing a row does, as ``GroupMachine`` implements it."""
+
+    START_JOINING = "new round: answers to the old one are stale; JoinGroup due at step.at"
+    RETRY_JOIN = "the JoinGroup is due again after retry_backoff"
+    REJOIN_AFTER_SYNC = "remember to rejoin once this round's SyncGroup is answered"
+    ABANDON_ROUND = "answers to this round's JoinGroup and SyncGroup become stale"
+    REVOKE = "PartitionsRevoked(step.partitions): committable until RevocationDone"
+    ASK_METADATA = "NeedMetadata(step.topics)"
+    SEND_SYNC = "SyncGroup with step.assignments"
+    APPLY_ASSIGNMENT = "own step.assignment from this generation; PartitionsAssigned"
+    LOSE = "PartitionsLost(all owned or being revoked, step.lost)"
+    RESET_GENERATION = "forget generation, protocol and leader; keep the member id"
+    RESET_MEMBER = "forget generation, protocol, leader and the member id"
+    STOP = "terminal: abandon the round, forget generation and member id"
+    SEND_LEAVE_GROUP = "forget the membership; LeaveGroup for the member id it had"
+    FORGET_MEMBERSHIP = "forget generation, member id and assignment"
+    REPORT = "emit step.report (Left, Fenced, Fatal)"
+
+
+@dataclass(frozen=True)
+class Step:
+    """An outcome named by a handler, with what its effects need."""
+
+    outcome: Outcome
+    _: KW_ONLY
+    reason: str = ""  # START_JOINING: the JoinGroup's reason
+    at: float = -math.inf  # START_JOINING: when the JoinGroup may go
+    lost: str = ""  # LOSE: why the partitions are lost
+    partitions: frozenset[Partition] = frozenset()  # REVOKE: what to revoke
+    topics: frozenset[str] = frozenset()  # ASK_METADATA
+    assignments: Mapping[str, bytes] = field(default_factory=dict)  # SEND_SYNC
+    assignment: frozenset[Partition] = frozenset()  # APPLY_ASSIGNMENT
+    user_data: bytes | None = None  # APPLY_ASSIGNMENT: retained for the next time we lead
+    report: Output | None = None  # REPORT
+
+
+STAY = Step(Outcome.STAY)
+
+
+@dataclass(frozen=True)
+class Row:
+    """Where an outcome leads from one state, and what it does on the way, in order."""
+
+    next: MemberState
+    effects: tuple[Effect, ...] = ()
+
+
+def _row(next_state: MemberState, *effects: Effect) -> Row:
+    return Row(next_state, effects)
+
+
+On = Outcome
+Do = Effect
+
+#: (state, outcome) -> the next state and the effects, in order. The only place a state is chosen.
+ROWS: dict[tuple[MemberState, Outcome], Row] = {
+    # -- nothing changes
+    **{(state, On.STAY): Row(state) for state in MemberState},
+    # -- joining and syncing
+    (UNJOINED, On.JOIN):                   _row(JOINING, Do.START_JOINING),
+    (JOINING, On.JOIN):                    _row(JOINING, Do.START_JOINING),
+    (SYNCING, On.JOIN):                    _row(JOINING, Do.START_JOINING),
+    (STABLE, On.JOIN):                     _row(JOINING, Do.START_JOINING),
+    (REVOKING, On.JOIN):                   _row(JOINING, Do.START_JOINING),
+    (JOINING, On.RETRY_JOIN):              _row(JOINING, Do.RETRY_JOIN),
+    (JOINING, On.REJOIN_AFTER_SYNC):       _row(JOINING, Do.REJOIN_AFTER_SYNC),
+    (SYNCING, On.REJOIN_AFTER_SYNC):       _row(SYNCING, Do.REJOIN_AFTER_SYNC),
+    (JOINING, On.REVOKE_THEN_JOIN):        _row(REVOKING, Do.ABANDON_ROUND, Do.REVOKE),
+    (SYNCING, On.REVOKE_THEN_JOIN):        _row(REVOKING, Do.ABANDON_ROUND, Do.REVOKE),
+    (STABLE, On.REVOKE_THEN_JOIN):         _row(REVOKING, Do.ABANDON_ROUND, Do.REVOKE),
+    (REVOKING, On.REVOKE_MORE):            _row(REVOKING, Do.REVOKE),
+    (JOINING, On.AWAIT_METADATA):          _row(SYNCING, Do.ASK_METADATA),
+    (SYNCING, On.AWAIT_METADATA):          _row(SYNCING, Do.ASK_METADATA),
+    (JOINING, On.SYNC):                    _row(SYNCING, Do.SEND_SYNC),
+    (SYNCING, On.SYNC):                    _row(SYNCING, Do.SEND_SYNC),
+    (SYNCING, On.ASSIGNED):                _row(STABLE, Do.APPLY_ASSIGNMENT),
+    (SYNCING, On.ASSIGNED_REVOKING):       _row(REVOKING, Do.REVOKE, Do.APPLY_ASSIGNMENT),
+    # -- losing the generation: rejoin at once, or once the revocations are acknowledged
+    (JOINING, On.GENERATION_LOST):         _row(JOINING, Do.LOSE, Do.RESET_GENERATION, Do.START_JOINING),
+    (SYNCING, On.GENERATION_LOST):         _row(JOINING, Do.LOSE, Do.RESET_GENERATION, Do.START_JOINING),
+    (STABLE, On.GENERATION_LOST):          _row(JOINING, Do.LOSE, Do.RESET_GENERATION, Do.START_JOINING),
+    (REVOKING, On.GENERATION_LOST):        _row(REVOKING, Do.LOSE, Do.RESET_GENERATION),
+    (LEAVING, On.GENERATION_LOST):         _row(LEAVING, Do.LOSE, Do.RESET_GENERATION),
+    (JOINING, On.MEMBER_LOST):             _row(JOINING, Do.LOSE, Do.RESET_MEMBER, Do.START_JOINING),
+    (SYNCING, On.MEMBER_LOST):             _row(JOINING, Do.LOSE, Do.RESET_MEMBER, Do.START_JOINING),
+    (STABLE, On.MEMBER_LOST):              _row(JOINING, Do.LOSE, Do.RESET_MEMBER, Do.START_JOINING),
+    (REVOKING, On.MEMBER_LOST):            _row(REVOKING, Do.LOSE, Do.RESET_MEMBER),
+    (LEAVING, On.MEMBER_LOST):             _row(LEAVING, Do.LOSE, Do.RESET_MEMBER),
+    (SYNCING, On.SESSION_EXPIRED):         _row(JOINING, Do.LOSE, Do.RESET_GENERATION, Do.START_JOINING),
+    (STABLE, On.SESSION_EXPIRED):          _row(JOINING, Do.LOSE, Do.RESET_GENERATION, Do.START_JOINING),
+    (REVOKING, On.SESSION_EXPIRED):        _row(REVOKING, Do.LOSE, Do.RESET_GENERATION),
+    (LEAVING, On.SESSION_EXPIRED):         _row(LEAVING, Do.LOSE, Do.RESET_GENERATION),
+    # -- leaving: a Leave abandons the round in progress; RevocationDone finishes in LEAVING
+    (JOINING, On.REVOKE_THEN_LEAVE):       _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (SYNCING, On.REVOKE_THEN_LEAVE):       _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (STABLE, On.REVOKE_THEN_LEAVE):        _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (REVOKING, On.REVOKE_THEN_LEAVE):      _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (REVOKING, On.LEAVE_AFTER_REVOCATION): _row(LEAVING, Do.ABANDON_ROUND),
+    (JOINING, On.SEND_LEAVE_GROUP):        _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE_GROUP),
+    (SYNCING, On.SEND_LEAVE_GROUP):        _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE_GROUP),
+    (STABLE, On.SEND_LEAVE_GROUP):         _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE_GROUP),
+    (REVOKING, On.SEND_LEAVE_GROUP):       _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE_GROUP),
+    (LEAVING, On.SEND_LEAVE_GROUP):        _row(LEAVING, Do.SEND_LEAVE_GROUP),
+    (JOINING, On.LEAVE_QUIETLY):           _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (SYNCING, On.LEAVE_QUIETLY):           _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (STABLE, On.LEAVE_QUIETLY):            _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (REVOKING, On.LEAVE_QUIETLY):          _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (LEAVING, On.LEAVE_QUIETLY):           _row(UNJOINED, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (UNJOINED, On.LEFT):                   _row(UNJOINED, Do.REPORT),
+    (LEAVING, On.LEFT):                    _row(UNJOINED, Do.REPORT),
+    # -- terminal: the partitions are lost, the membership forgotten
+    (JOINING, On.FENCE):                   _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (SYNCING, On.FENCE):                   _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (STABLE, On.FENCE):                    _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (REVOKING, On.FENCE):                  _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (LEAVING, On.FENCE):                   _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (UNJOINED, On.FAIL):                   _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (JOINING, On.FAIL):                    _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (SYNCING, On.FAIL):                    _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (STABLE, On.FAIL):                     _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (REVOKING, On.FAIL):                   _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (LEAVING, On.FAIL):                    _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+}  # fmt: skip
+
+
+def _of(*outcomes: Outcome) -> frozenset[Outcome]:
+    return frozenset(outcomes)
+
+
+def _each(
+    states: Iterable[MemberState], outcomes: frozenset[Outcome]
+) -> dict[MemberState, frozenset[Outcome]]:
+    return dict.fromkeys(states, outcomes)
+
+
+_ALL = tuple(MemberState)
+_LIVE = (UNJOINED, JOINING, SYNCING, STABLE, REVOKING, LEAVING)  # all but the terminal ones
+_STAY = _of(On.STAY)
+_STAY_OR_FAIL = {**_each(_LIVE, _of(On.STAY, On.FAIL)), **_each(TERMINAL, _STAY)}
+_ANSWER_LOSES = _of(On.STAY, On.GENERATION_LOST, On.MEMBER_LOST, On.FENCE, On.FAIL)
+_REQUEST_FAILED = {
+    **_each(_ALL, _STAY),
+    JOINING: _of(On.STAY, On.RETRY_JOIN),
+    SYNCING: _of(On.STAY, On.JOIN, On.REVOKE_THEN_JOIN),
+    LEAVING: _of(On.STAY, On.LEFT),
+}
+_LEAVES = _of(On.REVOKE_THEN_LEAVE, On.SEND_LEAVE_GROUP, On.LEAVE_QUIETLY)
+
+#: input type -> the states that accept it -> the outcomes its handler may name there.
+ACCEPTS: dict[type, dict[MemberState, frozenset[Outcome]]] = {
+    # local commands
+    Subscribe: {
+        UNJOINED: _of(On.JOIN),
+        JOINING: _of(On.STAY, On.REJOIN_AFTER_SYNC),
+        SYNCING: _of(On.STAY, On.REJOIN_AFTER_SYNC),
+        STABLE: _of(On.STAY, On.JOIN, On.REVOKE_THEN_JOIN),
+        REVOKING: _of(On.STAY, On.REVOKE_MORE),
+    },
+    Leave: {
+        UNJOINED: _of(On.LEFT),
+        **_each((JOINING, SYNCING, STABLE), _LEAVES),
+        REVOKING: _LEAVES | _of(On.LEAVE_AFTER_REVOCATION),
+        **_each((LEAVING, FENCED, FAILED), _STAY),
+    },
+    Commit: _each(_ALL, _STAY),
+    FetchCommitted: _each(_ALL, _STAY),
+    RevocationDone: {
+        REVOKING: _of(On.STAY, On.JOIN),
+        LEAVING: _of(On.STAY, On.SEND_LEAVE_GROUP, On.LEAVE_QUIETLY),
+        **_each(TERMINAL, _STAY),
+    },
+    Tick: {
+        **_each(_ALL, _STAY),
+        **_each((SYNCING, STABLE, REVOKING, LEAVING), _of(On.STAY, On.SESSION_EXPIRED)),
+    },
+    # driver reports
+    MetadataUpdate: {
+        **_each(_ALL, _STAY),
+        SYNCING: _of(On.STAY, On.AWAIT_METADATA, On.SYNC, On.JOIN, On.REVOKE_THEN_JOIN, On.FAIL),
+        STABLE: _of(On.STAY, On.JOIN, On.REVOKE_THEN_JOIN),
+    },
+    CoordinatorFound: _STAY_OR_FAIL,
+    CoordinatorLookupFailed: _STAY_OR_FAIL,
+    CoordinatorLost: _REQUEST_FAILED,  # every request in flight fails, then SYNCING rejoins
+    RequestFailed: _REQUEST_FAILED,
+    # coordinator answers (each must match a request in flight)
+    JoinGroupResponse: {
+        **_each(_ALL, _STAY),
+        JOINING: _of(On.STAY, On.JOIN, On.MEMBER_LOST, On.AWAIT_METADATA, On.SYNC,
+                     On.REVOKE_THEN_JOIN, On.FENCE, On.FAIL),
+    },
+    SyncGroupResponse: {
+        **_each(_ALL, _STAY),
+        # an assignment applied may then rejoin (the subscription changed meanwhile)
+        SYNCING: _of(On.STAY, On.ASSIGNED, On.ASSIGNED_REVOKING, On.JOIN, On.REVOKE_THEN_JOIN,
+                     On.GENERATION_LOST, On.MEMBER_LOST, On.FENCE, On.FAIL),
+    },
+    HeartbeatResponse: {
+        **_each((UNJOINED, *TERMINAL), _STAY),
+        **_each((JOINING, SYNCING, REVOKING, LEAVING), _ANSWER_LOSES),
+        STABLE: _ANSWER_LOSES | _of(On.JOIN, On.REVOKE_THEN_JOIN),
+    },
+    LeaveGroupResponse: {LEAVING: _of(On.LEFT)},
+    OffsetCommitResponse: {
+        **_each((UNJOINED, *TERMINAL), _STAY),
+        **_each((JOINING, SYNCING, REVOKING, LEAVING), _ANSWER_LOSES),
+        STABLE: _ANSWER_LOSES | _of(On.JOIN, On.REVOKE_THEN_JOIN),
+    },
+    OffsetFetchResponse: _STAY_OR_FAIL,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An accepted (state, input type): the outcomes it may come to and where they lead.
+
+    An input that takes several steps (see the module docstring) still ends in one
+    of ``targets``; ``GroupMachine.handle`` checks it.
+    """
+
+    outcomes: frozenset[Outcome]
+    targets: frozenset[MemberState]
+
+
+#: (state, input type) -> outcomes and target states. Nothing else is accepted.
+TRANSITIONS: dict[tuple[MemberState, type], Transition] = {
+    (state, input_type): Transition(
+        outcomes, frozenset(ROWS[(state, outcome)].next for outcome in outcomes)
+    )
+    for input_type, states in ACCEPTS.items()
+    for state, outcomes in states.items()
+}
