@@ -1,4 +1,4 @@
-"""Child-process plumbing shared by the Broker and S3Server harnesses.
+"""Child-process plumbing shared by the server harnesses (Tansu, SeaweedFS, socat TLS).
 
 Servers run in their own session (so a kill reaches their children too), die
 with the Python process that started them (PR_SET_PDEATHSIG), and log to a
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +18,8 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from ingest.errors import HarnessError
 
@@ -149,6 +152,67 @@ class ManagedProcess:
     def died_message(self) -> str:
         code = self.popen.returncode if self.popen is not None else None
         return f"{self.name} exited with code {code}; log {self.log_path}:\n{self.log_tail(4000)}"
+
+
+class ProcessServer:
+    """What every one-process server of the harness shares: it runs as ``process``, is
+    stopped by PID (SIGTERM, then SIGKILL after ``stop_timeout``), shows its log, and,
+    when it made its own ``work_dir``, removes it in ``cleanup``. A subclass sets those
+    and writes ``start`` (which must return ``self`` once the server is ready)."""
+
+    process: ManagedProcess
+    stop_timeout: float = 5.0
+    work_dir: Path | None = None
+    owns_work_dir: bool = False
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_path
+
+    def running(self) -> bool:
+        return self.process.running()
+
+    def stop(self) -> int | None:
+        """Stops the server by PID (SIGTERM, then SIGKILL). Keeps its log."""
+        return self.process.stop(timeout=self.stop_timeout)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.process.kill()
+
+    def pause(self) -> None:
+        """SIGSTOP: the server stops answering but keeps its connections open."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def log_tail(self, max_bytes: int = 20_000) -> str:
+        return self.process.log_tail(max_bytes)
+
+    def cleanup(self) -> None:
+        """Stops the server and removes its work directory (log included) if it made it."""
+        self.stop()
+        if self.owns_work_dir and self.work_dir is not None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 def live_processes() -> list[ManagedProcess]:

@@ -6,12 +6,11 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from types import TracebackType
 
 from pyarrow import fs as pafs
 
 from ingest.errors import HarnessError
-from ingest.testing._process import ManagedProcess, free_port, wait_until
+from ingest.testing._process import ManagedProcess, ProcessServer, free_port, wait_until
 
 ACCESS_KEY = "test"
 SECRET_KEY = "test"
@@ -38,7 +37,7 @@ def weed_binary() -> Path:
     return Path(found)
 
 
-class S3Server:
+class S3Server(ProcessServer):
     """SeaweedFS on 127.0.0.1 with one bucket pre-created (more on demand)."""
 
     def __init__(
@@ -46,8 +45,9 @@ class S3Server:
     ) -> None:
         self.bucket = bucket
         self.host = "127.0.0.1"
-        self._own_dir = data_dir is None
+        self.owns_work_dir = data_dir is None
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="ingest-s3-"))
+        self.work_dir = self.data_dir
         self.ready_timeout = ready_timeout
         ports = [free_port(also_free_at_offset=_GRPC_OFFSET) for _ in range(5)]
         if len(set(ports)) < len(ports):
@@ -81,10 +81,6 @@ class S3Server:
     @property
     def endpoint(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid
 
     def storage_options(self) -> dict[str, str]:
         """delta-rs (object_store) options for tables in this server."""
@@ -153,31 +149,6 @@ class S3Server:
             return bool(info.type == fs.FileType.Directory)
         except OSError:
             return False
-
-    def stop(self) -> int | None:
-        return self.process.stop(timeout=5)
-
-    def running(self) -> bool:
-        return self.process.running()
-
-    def log_tail(self, max_bytes: int = 20_000) -> str:
-        return self.process.log_tail(max_bytes)
-
-    def cleanup(self) -> None:
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"S3Server({self.endpoint}, bucket={self.bucket}, pid={self.pid})"

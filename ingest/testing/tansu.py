@@ -9,16 +9,13 @@ merely when its port accepts: Tansu binds before its storage is usable.
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
 from ingest.errors import HarnessError
-from ingest.testing._process import ManagedProcess, free_port, wait_until
+from ingest.testing._process import ManagedProcess, ProcessServer, free_port, wait_until
 from ingest.testing.probe import api_versions_answered
 from ingest.testing.s3 import S3Server
 
@@ -45,7 +42,7 @@ def tansu_binary() -> Path:
     return binary
 
 
-class TansuBroker:
+class TansuBroker(ProcessServer):
     """One Tansu broker on 127.0.0.1.
 
     ``storage="memory"`` loses everything on restart; ``storage="s3"`` keeps
@@ -73,7 +70,7 @@ class TansuBroker:
         self.port = port or free_port()
         self.cluster_id = cluster_id
         self.ready_timeout = ready_timeout
-        self._own_dir = work_dir is None
+        self.owns_work_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="ingest-broker-"))
         self.process = ManagedProcess(
             f"tansu broker :{self.port}",
@@ -86,14 +83,6 @@ class TansuBroker:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid
-
-    @property
-    def log_path(self) -> Path:
-        return self.process.log_path
 
     def _argv(self) -> list[str]:
         url = f"tcp://{self.host}:{self.port}"
@@ -136,21 +125,6 @@ class TansuBroker:
         except OSError:
             return False
 
-    def stop(self) -> int | None:
-        """Stops the broker by PID (SIGTERM, then SIGKILL). Keeps its log."""
-        return self.process.stop(timeout=5)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        self.process.kill()
-
-    def pause(self) -> None:
-        """SIGSTOP: the broker stops answering but keeps its connections open."""
-        self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self.process.send_signal(signal.SIGCONT)
-
     def restart(self, *, kill: bool = False) -> TansuBroker:
         """Stops (or kills) and starts again on the same port."""
         if kill:
@@ -165,29 +139,6 @@ class TansuBroker:
             except HarnessError:
                 if time.monotonic() > deadline:
                     raise
-
-    def running(self) -> bool:
-        return self.process.running()
-
-    def log_tail(self, max_bytes: int = 20_000) -> str:
-        return self.process.log_tail(max_bytes)
-
-    def cleanup(self) -> None:
-        """Stops the broker and removes its work directory (log included)."""
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
-
-    def __enter__(self) -> TansuBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.running() else "stopped"

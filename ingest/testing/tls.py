@@ -15,10 +15,9 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from ingest.errors import HarnessError
-from ingest.testing._process import ManagedProcess, free_port, wait_until
+from ingest.testing._process import ManagedProcess, ProcessServer, free_port, wait_until
 from ingest.testing.tansu import TansuBroker
 
 __all__ = [
@@ -131,7 +130,7 @@ def _accepts(port: int) -> bool:
         return False
 
 
-class TlsTerminator:
+class TlsTerminator(ProcessServer):
     """socat on 127.0.0.1:``port`` speaking TLS, forwarding plain TCP to ``target_port``.
 
     With ``require_client_cert`` the terminator refuses clients without a
@@ -154,6 +153,7 @@ class TlsTerminator:
             f"OPENSSL-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork,"
             f"cert={certificates.server_cert},key={certificates.server_key},{verify}"
         )
+        self.stop_timeout = 3.0
         self.process = ManagedProcess(
             f"socat tls :{self.port} -> :{target_port}",
             [ensure_socat(), "-d", listen, f"TCP:127.0.0.1:{target_port}"],
@@ -170,23 +170,6 @@ class TlsTerminator:
             self.process.stop(timeout=2)
             raise
         return self
-
-    def stop(self) -> None:
-        self.process.stop(timeout=3)
-
-    def log_tail(self, max_bytes: int = 20_000) -> str:
-        return self.process.log_tail(max_bytes)
-
-    def __enter__(self) -> TlsTerminator:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"TlsTerminator(:{self.port} -> :{self.target_port})"
