@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 
 from ingest.errors import SinkError
 
-__all__ = ["TableLocation", "normalize_uri"]
+__all__ = ["TableLocation", "normalize_uri", "s3_filesystem_options"]
 
 
 def normalize_uri(uri: str) -> str:
@@ -37,7 +37,9 @@ def normalize_uri(uri: str) -> str:
     return f"{scheme}://{rest.rstrip('/')}"
 
 
-def _s3_filesystem(options: Mapping[str, str]) -> pafs.S3FileSystem:
+def s3_filesystem_options(options: Mapping[str, str]) -> dict[str, object]:
+    """pyarrow ``S3FileSystem`` arguments from delta-rs (object_store) storage options:
+    the endpoint, the keys and the region, whatever their case."""
     lowered = {key.lower(): value for key, value in options.items()}
     kwargs: dict[str, object] = {}
     endpoint = lowered.get("aws_endpoint_url") or lowered.get("aws_endpoint")
@@ -53,7 +55,11 @@ def _s3_filesystem(options: Mapping[str, str]) -> pafs.S3FileSystem:
     ):
         if lowered.get(ours):
             kwargs[theirs] = lowered[ours]
-    return pafs.S3FileSystem(**kwargs)
+    return kwargs
+
+
+def _s3_filesystem(options: Mapping[str, str]) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(**s3_filesystem_options(options))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from ingest.group import (
     PartitionsRevoked,
 )
 from ingest.logs import event
+from ingest.protocol.codec import API_NAMES
 from ingest.sink.land import BatchResult
 from ingest.supervisor.batches import (
     BatchThread,
@@ -45,10 +46,11 @@ from ingest.supervisor.offsets import (
     txn_versions,
 )
 from ingest.supervisor.partitions import Change, PartitionState
-from ingest.supervisor.runtime import Engine, RunOutcome
+from ingest.supervisor.runtime import Engine
 from ingest.supervisor.settings import (
     group_config,
 )
+from ingest.supervisor.source import RunOutcome
 from ingest.worker import EndPosition, StartPosition, WorkerStarted
 
 __all__ = ["GroupSource", "group_run"]
@@ -412,6 +414,9 @@ class GroupSource:
         if member is None:
             return {"group": self.group.group_id}
         status = member.status
+        for api_key, count in member.requests_sent_by_api().items():
+            name = API_NAMES.get(api_key, str(api_key))
+            self.engine.metrics.set("ingest_group_requests_total", count, api=name)
         return {
             "group": self.group.group_id,
             "member_id": status.member_id,

@@ -242,6 +242,12 @@ class GroupMember:
         with self._sent_lock:
             return self._sent[api_key]
 
+    def requests_sent_by_api(self) -> dict[int, int]:
+        """Requests sent to the coordinator so far, per API key (the run exports them as
+        ``ingest_group_requests_total``: a JoinGroup storm or missing heartbeats show)."""
+        with self._sent_lock:
+            return dict(self._sent)
+
     # -- commands -------------------------------------------------------------------
 
     def subscribe(self, topics: Iterable[str]) -> None:

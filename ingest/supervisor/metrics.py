@@ -44,6 +44,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "ingest_partitions_lost_total": ("counter", "Partitions lost with the membership."),
     "ingest_worker_restarts_total": ("counter", "Worker restarts after a crash, per partition."),
     "ingest_buffered_bytes": ("gauge", "Bytes of sealed segments not yet released."),
+    "ingest_group_requests_total": ("counter", "Requests sent to the group coordinator, per API."),
 }
 
 

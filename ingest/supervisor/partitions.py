@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from ingest.group import Partition
 from ingest.handoff import SegmentSealed
@@ -134,6 +135,22 @@ class PartitionState:
     def settled_phase(self) -> bool:
         """No worker will run for it again in this incarnation."""
         return self.phase in (Phase.STOPPING, Phase.FINISHED, Phase.FAILED)
+
+    def row(self) -> dict[str, Any]:
+        """This partition's row of ``Engine.status()`` (and ``/status``)."""
+        return {
+            "topic": self.partition.topic,
+            "partition": self.partition.partition,
+            "state": self.status(),
+            "pid": None if self.handle is None else self.handle.pid,
+            "committed": self.committed,
+            "durable": self.durable,
+            "position": self.resume_offset,
+            "end": self.end_offset,
+            "pending_items": len(self.pending),
+            "records": self.records,
+            "error": self.failed,
+        }
 
     def status(self) -> str:
         if self.phase in (Phase.FAILED, Phase.FINISHED):

@@ -45,7 +45,8 @@ from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.offsets import end_offsets, topic_partitions, txn_versions
 from ingest.supervisor.partitions import Change, PartitionState
 from ingest.supervisor.progress import Progress
-from ingest.supervisor.runtime import Engine, RunOutcome
+from ingest.supervisor.runtime import Engine
+from ingest.supervisor.source import RunOutcome
 from ingest.worker import EndPosition, StartPosition, WorkerStarted
 
 __all__ = ["Position", "ReplaySource", "parse_partitions", "parse_position", "replay_run"]

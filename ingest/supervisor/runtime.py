@@ -41,8 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig
@@ -58,7 +57,6 @@ from ingest.group import (
 )
 from ingest.handoff import CorruptRangeReported, HandoffStore, SegmentSealed
 from ingest.logs import event
-from ingest.sink.land import BatchResult
 from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
 from ingest.supervisor.batcher import Batcher, jvm_exit_code, owner_of
 from ingest.supervisor.batches import (
@@ -67,9 +65,6 @@ from ingest.supervisor.batches import (
     item_next_offset,
 )
 from ingest.supervisor.metrics import Metrics, MetricsServer
-from ingest.supervisor.offsets import (
-    end_offsets,
-)
 from ingest.supervisor.partitions import Change, PartitionState, already_durable
 from ingest.supervisor.pool import WorkerPool, prestart_workers
 from ingest.supervisor.settings import (
@@ -78,7 +73,9 @@ from ingest.supervisor.settings import (
     table_config,
     worker_settings,
 )
+from ingest.supervisor.source import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, RunOutcome, Source
 from ingest.supervisor.sparksession import SparkProvider
+from ingest.supervisor.status import collect_lag
 from ingest.worker import (
     BackpressureChanged,
     EndPosition,
@@ -94,70 +91,10 @@ __all__ = ["EXIT_CONFIG", "EXIT_FAILED", "EXIT_OK", "Engine", "RunOutcome"]
 
 log = logging.getLogger("ingest.supervisor")
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
 
 _LOOP_WAIT = 0.05
 _BATCH_ATTEMPTS = 3
 _STATUS_EVERY = 0.5
-_COMMIT_RETRY_AFTER = 2.0
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    exit_code: int
-    message: str
-    batches: int = 0
-    rows_written: int = 0
-    failed: Mapping[Partition, str] = field(default_factory=dict)
-    # A Spark batch still runs on its thread: the process should end with os._exit.
-    batch_running: bool = False
-
-
-class Source(Protocol):
-    """Where an engine's partitions come from, and when its run is done: the consumer
-    group (``group_run.GroupSource``) or a replay range (``replay.ReplaySource``). The
-    engine calls each method at one point of its loop; a source acts on the engine through
-    its public verbs (``new_state``, ``spawn``, ``retire``, ``abandon_pending``)."""
-
-    mode: str
-    # Replays with --overwrite replace the rows the table holds in their ranges.
-    overwrite: bool
-
-    def start(self) -> None:
-        """Opens the source (joins the group, or lists the range) and spawns workers."""
-
-    def poll(self) -> None:
-        """Once per loop, first: reads the source's own events."""
-
-    def after_step(self) -> None:
-        """Once per loop, after batches: revocations, commits, progress."""
-
-    def after_batch(self, batch: BatchThread, result: BatchResult) -> None:
-        """A batch is durable in the table; its segments are released next."""
-
-    def on_worker_started(self, state: PartitionState, message: WorkerStarted) -> None:
-        """A worker told where it starts."""
-
-    def draining(self) -> bool:
-        """Whether everything pending should land now."""
-        ...
-
-    def finished(self) -> bool:
-        """Whether the run is done."""
-        ...
-
-    def complete(self) -> RunOutcome:
-        """The outcome once ``finished``."""
-        ...
-
-    def close(self, outcome_ok: bool) -> None:
-        """Leaves the source (the group), whatever happened."""
-
-    def status(self) -> dict[str, Any]:
-        """The source's part of ``Engine.status()``."""
-        ...
 
 
 class Engine:
@@ -604,21 +541,7 @@ class Engine:
                 self.metrics.set("ingest_partition_committed_offset", state.committed, **labels)
             if state.durable is not None:
                 self.metrics.set("ingest_partition_durable_offset", state.durable, **labels)
-            partitions.append(
-                {
-                    "topic": partition.topic,
-                    "partition": partition.partition,
-                    "state": state.status(),
-                    "pid": None if state.handle is None else state.handle.pid,
-                    "committed": state.committed,
-                    "durable": state.durable,
-                    "position": state.resume_offset,
-                    "end": state.end_offset,
-                    "pending_items": len(state.pending),
-                    "records": state.records,
-                    "error": state.failed,
-                }
-            )
+            partitions.append(state.row())
         self.metrics.set("ingest_partitions_assigned", len(self.states))
         self.metrics.set("ingest_buffered_bytes", self.cap.held_bytes)
         self._status = {
@@ -634,16 +557,4 @@ class Engine:
 
     def _collect_lag(self, metrics: Metrics) -> None:
         """At scrape time, on the metrics thread: end offsets of the owned partitions."""
-        rows = list(self._status.get("partitions", []))
-        if not rows:
-            return
-        partitions = [Partition(r["topic"], r["partition"]) for r in rows]
-        with Cluster(self.client) as cluster:
-            ends = end_offsets(cluster, partitions, self.fetch)
-        for row in rows:
-            partition = Partition(row["topic"], row["partition"])
-            labels = {"topic": partition.topic, "partition": partition.partition}
-            end = ends[partition]
-            metrics.set("ingest_partition_end_offset", end, **labels)
-            position = row["committed"] if row["committed"] is not None else 0
-            metrics.set("ingest_partition_lag", max(end - position, 0), **labels)
+        collect_lag(metrics, self._status.get("partitions", []), self.client, self.fetch)

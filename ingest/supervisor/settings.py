@@ -19,6 +19,7 @@ from ingest.group import (
 from ingest.group.assignors import Assignor
 from ingest.handoff import HandoffConfig, HandoffLocation
 from ingest.sink.config import TableConfig
+from ingest.sink.storage import s3_filesystem_options
 from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
 
 __all__ = [
@@ -54,24 +55,7 @@ def handoff_config(config: IngestConfig) -> HandoffConfig:
 def s3_options(delta_options: Mapping[str, str]) -> dict[str, Any]:
     """pyarrow ``S3FileSystem`` arguments from delta-rs storage options (segments on S3
     use the table's endpoint and credentials)."""
-    lowered = {k.lower(): v for k, v in delta_options.items()}
-    out: dict[str, Any] = {}
-    endpoint = lowered.get("aws_endpoint_url") or lowered.get("aws_endpoint")
-    if endpoint:
-        scheme, _, rest = (
-            endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
-        )
-        out["endpoint_override"] = rest.rstrip("/")
-        out["scheme"] = scheme
-    for ours, theirs in (
-        ("aws_access_key_id", "access_key"),
-        ("aws_secret_access_key", "secret_key"),
-        ("aws_session_token", "session_token"),
-        ("aws_region", "region"),
-    ):
-        if lowered.get(ours):
-            out[theirs] = lowered[ours]
-    return out
+    return dict(s3_filesystem_options(delta_options))
 
 
 def group_config(config: IngestConfig) -> GroupConfig:

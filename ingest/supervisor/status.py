@@ -17,15 +17,17 @@ Nothing here needs the group membership, so it can run beside ``ingest run``.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ingest.client import Cluster
+from ingest.client import ClientConfig, Cluster
 from ingest.config import IngestConfig, offsets_topic_partition
 from ingest.errors import IngestError
 from ingest.group import Partition
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
 from ingest.sink.txnlog import txn_times
+from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.offsets import (
     as_offsets,
     committed_offsets,
@@ -36,8 +38,9 @@ from ingest.supervisor.offsets import (
     txn_versions,
 )
 from ingest.supervisor.settings import fetch_settings, table_config
+from ingest.worker import FetchSettings
 
-__all__ = ["collect_status", "render_text"]
+__all__ = ["collect_lag", "collect_status", "render_text"]
 
 
 def _last_commit(uri: str, options: dict[str, str]) -> dict[str, Any] | None:
@@ -173,3 +176,22 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     lines.append(f"total lag {report['total_lag']}")
     return "\n".join(lines) + "\n"
+
+
+def collect_lag(
+    metrics: Metrics, rows: Sequence[Mapping[str, Any]], client: ClientConfig, fetch: FetchSettings
+) -> None:
+    """End offsets and lag of the partitions in ``rows`` (a running engine's status), read
+    on a ``Cluster`` of its own: called at scrape time, on the metrics thread."""
+    if not rows:
+        return
+    partitions = [Partition(r["topic"], r["partition"]) for r in rows]
+    with Cluster(client) as cluster:
+        ends = end_offsets(cluster, partitions, fetch)
+    for row in rows:
+        partition = Partition(row["topic"], row["partition"])
+        labels = {"topic": partition.topic, "partition": partition.partition}
+        end = ends[partition]
+        metrics.set("ingest_partition_end_offset", end, **labels)
+        position = row["committed"] if row["committed"] is not None else 0
+        metrics.set("ingest_partition_lag", max(end - position, 0), **labels)

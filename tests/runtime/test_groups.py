@@ -170,5 +170,9 @@ def test_a_crashed_worker_restarts_and_one_crashing_at_the_same_offset_is_marked
     assert metrics.value("ingest_worker_restarts_total", partition=1, **labels) == 2
     assert metrics.value("ingest_worker_restarts_total", partition=0, **labels) == 1
     assert metrics.value("ingest_partition_failed", partition=1, **labels) == 1
+    # The member's requests to the coordinator are exported: it joined, synced, heartbeat
+    # and committed.
+    for api in ("JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit"):
+        assert metrics.value("ingest_group_requests_total", api=api) >= 1, api
     every = [Partition(topic, 0), Partition(topic, 1)]
     assert group_offsets(config(path), every)[Partition(topic, 0)] == 11_000
