@@ -71,22 +71,55 @@ Uncompressed decoding runs at 6-9 GB/s, so even a CRC at memory speed costs
 default. Brokers verify CRCs when they accept a batch and TCP/TLS guard the
 wire; pass ``check_crc=True`` to guard against storage corruption as well (it
 is nearly free on compressed topics).
+
+The rooms: this module drives the decode (scan, batch selection, the
+read_committed walk, the kernel's decode); ``records_arrow.py`` holds
+``RECORD_SCHEMA`` and wraps the kernel's buffers; ``records_corrupt.py`` turns
+rejected batches into ``CorruptBatch`` reports; ``records_format.py`` holds the
+wire layout's constants and ``control_marker``. Their public names are
+importable from here as well.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ingest.errors import DecodeError
 from ingest.protocol.compression import decompress
+from ingest.protocol.records_arrow import (
+    HEADER_TYPE,
+    OFFSET_COLUMN,
+    RECORD_SCHEMA,
+    TIMESTAMP_COLUMN,
+    batch_from_kernel,
+    int64_values,
+)
+from ingest.protocol.records_corrupt import (
+    BatchStatus,
+    CorruptBatch,
+    CorruptKind,
+    RecordError,
+    bound_skipped_batches,
+    corrupt_from_entry,
+    record_error_reason,
+    scan_corrupt,
+    status_reason,
+)
+from ingest.protocol.records_format import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    V2_HEADER_SIZE,
+    control_marker,
+)
 from ingest.protocol.transactions import CommittedWalk, UnlistedAbort
 
 try:
@@ -97,56 +130,37 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "run `pip install -e .` in the repository"
     ) from exc
 
+# The decoder's names, and those of records_arrow.py, records_format.py and
+# records_corrupt.py that the worker, the handoff, records_reference.py and tests import.
 __all__ = [
+    "ATTR_CODEC_MASK",
+    "ATTR_CONTROL",
+    "ATTR_LOG_APPEND_TIME",
+    "ATTR_TRANSACTIONAL",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "DEFAULT_MAX_BATCH_BYTES",
     "HEADER_TYPE",
     "OFFSET_COLUMN",
     "RECORD_SCHEMA",
     "TIMESTAMP_COLUMN",
+    "BatchStatus",
     "CorruptBatch",
+    "CorruptKind",
     "DecodedRecords",
+    "RecordError",
+    "bound_skipped_batches",
+    "control_marker",
     "crc32c",
     "decode_records",
     "int64_values",
+    "record_error_reason",
+    "status_reason",
 ]
-
-HEADER_STRUCT = pa.struct(
-    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
-)
-HEADER_TYPE = pa.list_(pa.field("item", HEADER_STRUCT, nullable=False))
-TOPIC_TYPE = pa.dictionary(pa.int32(), pa.string())
-TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
-
-RECORD_SCHEMA = pa.schema(
-    [
-        pa.field("topic", TOPIC_TYPE, nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
-        pa.field("timestamp_type", pa.int8(), nullable=False),  # 0 CreateTime, 1 LogAppendTime
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", HEADER_TYPE, nullable=False),
-    ]
-)
-# Where the columns that the worker and the handoff read as numbers sit in RECORD_SCHEMA.
-OFFSET_COLUMN = RECORD_SCHEMA.get_field_index("offset")
-TIMESTAMP_COLUMN = RECORD_SCHEMA.get_field_index("timestamp")
-
-
-def int64_values(array: pa.Array) -> np.ndarray:
-    """The values of a non-null 64-bit column of ``RECORD_SCHEMA`` (``offset``, or
-    ``timestamp`` in ms) as a numpy view of its buffer, without a copy."""
-    return np.frombuffer(
-        array.buffers()[1], dtype=np.int64, count=len(array), offset=array.offset * 8
-    )
-
 
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 # Layout of the batch-header table written by _records.scan (entry_t in _records.c).
-V2_HEADER_SIZE = 61
-LOG_OVERHEAD = 12
 _ENTRY_DTYPE = np.dtype(
     [
         ("start", "=i8"),
@@ -176,62 +190,6 @@ _OK = 0
 _BROKEN_FRAMING = 8
 _INCOMPLETE = 9
 
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-
-ATTR_CODEC_MASK = 0x07
-ATTR_LOG_APPEND_TIME = 0x08
-ATTR_TRANSACTIONAL = 0x10
-ATTR_CONTROL = 0x20
-
-
-class BatchStatus(IntEnum):
-    """What the framing scan found in one batch (``ST_*`` in _records.c)."""
-
-    OK = 0
-    CRC_MISMATCH = 1
-    OLD_MAGIC = 2
-    UNKNOWN_MAGIC = 3
-    SHORT_BATCH = 4
-    BAD_CODEC = 5
-    BAD_RECORD_COUNT = 6
-    BAD_LAST_OFFSET_DELTA = 7
-    BROKEN_FRAMING = 8
-    INCOMPLETE = 9
-
-
-class RecordError(IntEnum):
-    """Why a batch's records failed to parse (``E_*`` in _records.c)."""
-
-    MISSING_RECORD = 1
-    RECORD_LENGTH = 2
-    VARINT = 3
-    OVERRUN = 4
-    OFFSET_DELTA = 5
-    HEADER_COUNT = 6
-    HEADER_KEY = 7
-    RECORD_SIZE = 8
-    TRAILING = 9
-
-
-CorruptKind = Literal["crc", "magic", "structure", "framing", "decompression", "control"]
-
-
-@dataclass(frozen=True)
-class CorruptBatch:
-    """A batch (or, for broken framing, the rest of the buffer) that could not be decoded.
-
-    ``raw`` holds its exact bytes, framing included, for the dead-letter table.
-    ``last_offset`` is None when it could not be read.
-    """
-
-    base_offset: int | None
-    last_offset: int | None
-    raw: bytes
-    reason: str
-    kind: CorruptKind
-    position: int  # byte position of the batch in the records buffer
-
 
 @dataclass(frozen=True)
 class DecodedRecords:
@@ -254,167 +212,11 @@ def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
     return _records.crc32c(data, crc)
 
 
-# -- reasons, shared with the reference decoder so both report the same text ---------
-
-
-def status_reason(
-    status: int,
-    *,
-    base_offset: int,
-    position: int,
-    length: int,
-    magic: int,
-    attributes: int = 0,
-    record_count: int = 0,
-    crc_stored: int = 0,
-    crc_computed: int = 0,
-) -> tuple[CorruptKind, str]:
-    """The kind and reason of a batch the framing scan rejected."""
-    if status == BatchStatus.CRC_MISMATCH:
-        return "crc", f"CRC mismatch: stored 0x{crc_stored:08x}, computed 0x{crc_computed:08x}"
-    if status == BatchStatus.OLD_MAGIC:
-        return "magic", f"unsupported magic v0/v1 at offset {base_offset}"
-    if status == BatchStatus.UNKNOWN_MAGIC:
-        return "magic", f"unknown magic {magic} at offset {base_offset}"
-    if status == BatchStatus.SHORT_BATCH:
-        return "structure", f"bad structure: batch length {length} is shorter than the v2 header"
-    if status == BatchStatus.BAD_CODEC:
-        codec = attributes & ATTR_CODEC_MASK
-        return "structure", f"bad structure: unknown compression codec {codec}"
-    if status == BatchStatus.BAD_RECORD_COUNT:
-        return "structure", f"bad structure: negative record count {record_count}"
-    if status == BatchStatus.BAD_LAST_OFFSET_DELTA:
-        return "structure", "bad structure: negative last offset delta"
-    if status == BatchStatus.BROKEN_FRAMING:
-        if length < 14:
-            return "framing", (
-                f"broken framing: batch length {length} at byte {position}; "
-                "the rest of the buffer is unreadable"
-            )
-        return "framing", f"broken framing: truncated batch with unknown magic {magic}"
-    raise AssertionError(f"status {status} is not a corrupt batch")
-
-
-def record_error_reason(error: int, record: int, record_count: int) -> str:
-    """The reason a batch's records failed to parse."""
-    kind = RecordError(error)
-    text = {
-        RecordError.MISSING_RECORD: f"batch declares {record_count} records but holds {record}",
-        RecordError.RECORD_LENGTH: f"record {record} length runs past the end of the batch",
-        RecordError.VARINT: f"record {record} has a varint longer than Kafka allows",
-        RecordError.OVERRUN: f"record {record} has a field past its length",
-        RecordError.OFFSET_DELTA: (
-            f"record {record} offset delta is not increasing or exceeds the last offset delta"
-        ),
-        RecordError.HEADER_COUNT: f"record {record} has a negative header count",
-        RecordError.HEADER_KEY: f"record {record} has a negative header key length",
-        RecordError.RECORD_SIZE: f"record {record} fields end before its declared length",
-        RecordError.TRAILING: f"bytes left after the last of {record_count} records",
-    }[kind]
-    return f"bad structure: {text}"
-
-
-def control_marker(records: bytes | bytearray | memoryview | pa.Buffer) -> int | None:
-    """The type (0 ABORT, 1 COMMIT, ...) in a control batch's first record; None if empty.
-
-    Raises DecodeError when the record or its key is malformed.
-    """
-    view = memoryview(records).cast("B") if not isinstance(records, memoryview) else records
-    if len(view) == 0:
-        return None
-    pos = 0
-
-    def varint(max_bytes: int) -> int:
-        nonlocal pos
-        value = 0
-        mask = (1 << (32 if max_bytes == 5 else 64)) - 1
-        for index in range(max_bytes):
-            if pos >= len(view):
-                raise DecodeError("truncated control record", field="control")
-            byte = view[pos]
-            pos += 1
-            value |= (byte & 0x7F) << (7 * index)
-            if not byte & 0x80:
-                value &= mask
-                return (value >> 1) ^ -(value & 1)
-        raise DecodeError("control record varint too long", field="control")
-
-    length = varint(5)
-    if length < 0 or length > len(view) - pos:
-        raise DecodeError("control record length runs past the batch", field="control")
-    end = pos + length
-    view = view[:end]
-    pos += 1  # attributes
-    varint(10)  # timestamp delta
-    varint(5)  # offset delta
-    key_length = varint(5)
-    if key_length < 4 or key_length > len(view) - pos:
-        raise DecodeError("control record key shorter than 4 bytes", field="control")
-    return int.from_bytes(view[pos + 2 : pos + 4], "big", signed=True)
-
-
-# -- the decoder ----------------------------------------------------------------------
-
-
 def _as_view(records: bytes | bytearray | memoryview | pa.Buffer) -> memoryview:
     view = memoryview(records)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view
-
-
-def _corrupt_from_entry(
-    view: memoryview, entry: Any, reason: str, kind: CorruptKind
-) -> CorruptBatch:
-    start = int(entry["start"])
-    size = int(entry["size"])
-    return CorruptBatch(
-        base_offset=int(entry["base_offset"]),
-        last_offset=int(entry["last_offset"]) if entry["has_last_offset"] else None,
-        raw=bytes(view[start : start + size]),
-        reason=reason,
-        kind=kind,
-        position=start,
-    )
-
-
-def _scan_corrupt(view: memoryview, entry: Any) -> CorruptBatch:
-    kind, reason = status_reason(
-        int(entry["status"]),
-        base_offset=int(entry["base_offset"]),
-        position=int(entry["start"]),
-        length=int(entry["length"]),
-        magic=int(entry["magic"]),
-        attributes=int(entry["attributes"]),
-        record_count=int(entry["record_count"]),
-        crc_stored=int(entry["crc_stored"]),
-        crc_computed=int(entry["crc_computed"]),
-    )
-    return _corrupt_from_entry(view, entry, reason, kind)
-
-
-def bound_skipped_batches(
-    view: memoryview, corrupt: Sequence[CorruptBatch]
-) -> tuple[CorruptBatch, ...]:
-    """Gives a last offset to corrupt batches skipped by their length whose own header
-    cannot say it (unknown magic, too short): the next batch's base offset - 1.
-
-    Without it their offsets would be passed over unreported once a later batch moves
-    the position on. Like any corrupt batch's range, it rests on unverified framing."""
-    bounded: list[CorruptBatch] = []
-    for bad in corrupt:
-        following = bad.position + len(bad.raw)
-        if (
-            bad.last_offset is None
-            and bad.kind != "framing"
-            and bad.base_offset is not None
-            and len(view) - following >= 12
-        ):
-            next_base = int.from_bytes(view[following : following + 8], "big", signed=True)
-            if next_base > bad.base_offset:
-                bad = dataclasses.replace(bad, last_offset=next_base - 1)
-        bounded.append(bad)
-    return tuple(bounded)
 
 
 def _batch_records(view: memoryview, entry: Any) -> memoryview:
@@ -459,7 +261,7 @@ def decode_records(
     if tail == _INCOMPLETE:
         incomplete_batch_size = int(entry_table()["size"][complete])
     elif tail == _BROKEN_FRAMING:
-        corrupt.append((complete, _scan_corrupt(view, entry_table()[complete])))
+        corrupt.append((complete, scan_corrupt(view, entry_table()[complete])))
 
     next_offset: int | None = None
     if max_last is not None:
@@ -492,12 +294,12 @@ def decode_records(
     for index, error, record in out["failures"]:
         entry = entry_table()[index]
         reason = record_error_reason(error, record, int(entry["record_count"]))
-        corrupt.append((index, _corrupt_from_entry(view, entry, reason, "structure")))
+        corrupt.append((index, corrupt_from_entry(view, entry, reason, "structure")))
 
     if len(corrupt) > 1:
         corrupt.sort(key=lambda item: item[0])
     return DecodedRecords(
-        batch=_to_arrow(out, topic),
+        batch=batch_from_kernel(out, topic),
         next_offset=next_offset,
         incomplete_batch_size=incomplete_batch_size,
         corrupt=bound_skipped_batches(view, [batch for _, batch in corrupt]),
@@ -521,7 +323,7 @@ def _select(
     """
     status = entries["status"]
     for bad in np.flatnonzero(status != _OK):
-        corrupt.append((int(bad), _scan_corrupt(view, entries[bad])))
+        corrupt.append((int(bad), scan_corrupt(view, entries[bad])))
     attributes = entries["attributes"]
     valid = status == _OK
     control = (attributes & ATTR_CONTROL) != 0
@@ -544,7 +346,7 @@ def _select(
             )
         except DecodeError as exc:
             reason = f"decompression failed: {exc.reason}"
-            corrupt.append((index, _corrupt_from_entry(view, entry, reason, "decompression")))
+            corrupt.append((index, corrupt_from_entry(view, entry, reason, "decompression")))
             failed.append(int(position))
     if failed:
         keep = np.ones(len(indices), dtype=bool)
@@ -585,7 +387,7 @@ def _drop_aborted(
                 marker = control_marker(payload)
             except DecodeError as exc:
                 reason = f"bad control record: {exc.reason}"
-                corrupt.append((int(index), _corrupt_from_entry(view, entry, reason, "control")))
+                corrupt.append((int(index), corrupt_from_entry(view, entry, reason, "control")))
                 continue
             if marker is not None:
                 for aborted in walk.marker(producer_id, int(entry["base_offset"]), marker):
@@ -593,87 +395,3 @@ def _drop_aborted(
         elif wanted[index]:
             last = int(entry["last_offset"])
             wanted[index] = walk.data(int(index), producer_id, int(entry["base_offset"]), last)
-
-
-_TOPIC_DICTIONARIES: dict[str, pa.Array] = {}
-
-
-def _topic_dictionary(topic: str) -> pa.Array:
-    dictionary = _TOPIC_DICTIONARIES.get(topic)
-    if dictionary is None:
-        if len(_TOPIC_DICTIONARIES) >= 1024:
-            _TOPIC_DICTIONARIES.clear()
-        # From buffers: pa.array on a list imports pandas (~0.25 s in every worker).
-        data = topic.encode("utf-8")
-        offsets = struct.pack("<ii", 0, len(data))
-        dictionary = pa.Array.from_buffers(
-            pa.string(), 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-        )
-        _TOPIC_DICTIONARIES[topic] = dictionary
-    return dictionary
-
-
-def _to_arrow(out: dict[str, Any], topic: str) -> pa.RecordBatch:
-    rows: int = out["rows"]
-    headers: int = out["headers"]
-    key_nulls: int = out["key_nulls"]
-    value_nulls: int = out["value_nulls"]
-    hvalue_nulls: int = out["hvalue_nulls"]
-    buffer = pa.py_buffer
-
-    header_keys = pa.Array.from_buffers(
-        pa.string(), headers, [None, buffer(out["hkey_offsets"]), buffer(out["hkey_data"])]
-    )
-    if out["bad_utf8"]:
-        header_keys = _replace_bad_utf8(header_keys)
-    header_values = pa.Array.from_buffers(
-        pa.binary(),
-        headers,
-        [
-            buffer(out["hvalue_valid"]) if hvalue_nulls else None,
-            buffer(out["hvalue_offsets"]),
-            buffer(out["hvalue_data"]),
-        ],
-        null_count=hvalue_nulls,
-    )
-    header_structs = pa.Array.from_buffers(
-        HEADER_STRUCT, headers, [None], children=[header_keys, header_values]
-    )
-    topic_index = pa.Array.from_buffers(pa.int32(), rows, [None, buffer(out["topic_index"])])
-    columns = [
-        pa.DictionaryArray.from_arrays(topic_index, _topic_dictionary(topic), safe=False),
-        pa.Array.from_buffers(pa.int32(), rows, [None, buffer(out["partition"])]),
-        pa.Array.from_buffers(pa.int64(), rows, [None, buffer(out["offset"])]),
-        pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, buffer(out["timestamp"])]),
-        pa.Array.from_buffers(pa.int8(), rows, [None, buffer(out["timestamp_type"])]),
-        pa.Array.from_buffers(
-            pa.binary(),
-            rows,
-            [
-                buffer(out["key_valid"]) if key_nulls else None,
-                buffer(out["key_offsets"]),
-                buffer(out["key_data"]),
-            ],
-            null_count=key_nulls,
-        ),
-        pa.Array.from_buffers(
-            pa.binary(),
-            rows,
-            [
-                buffer(out["value_valid"]) if value_nulls else None,
-                buffer(out["value_offsets"]),
-                buffer(out["value_data"]),
-            ],
-            null_count=value_nulls,
-        ),
-        pa.Array.from_buffers(
-            HEADER_TYPE, rows, [None, buffer(out["header_offsets"])], children=[header_structs]
-        ),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
-
-
-def _replace_bad_utf8(keys: pa.Array) -> pa.Array:
-    """Header keys with invalid UTF-8, decoded like Java does (U+FFFD replacement)."""
-    raw = keys.view(pa.binary()).to_pylist()
-    return pa.array([key.decode("utf-8", "replace") for key in raw], pa.string())

@@ -1,0 +1,73 @@
+"""The TOML configuration of ``ingest run | replay | status``, validated on load.
+
+Every section is a frozen dataclass; the loader walks the TOML tables against
+them, so an unknown key, a wrong type or a bad value is refused with the file
+and the dotted key, e.g. ``conf/x.toml: trigger.max_bytes: expected a size like
+"256MiB"``. Sizes ("256MiB", "1.5GB", 1048576) and durations ("500ms", "30s",
+"5m", 2.5) have their own parsers. Secrets are never written in the file: a
+secret key takes the name of an environment variable (``password_env``), read
+when the config loads and kept in a masked ``Secret``.
+
+The package, by job (import every name from ``ingest.config``):
+
+* ``units.py``: ``Size``, ``Duration`` and their parsers.
+* ``sections.py``: the section dataclasses, ``IngestConfig`` (and what it gives the
+  layers below: ``client_config``, storage options, the dead-letter URI), and
+  ``offsets_topic_partition``.
+* ``loader.py``: ``load_config``/``parse_config``: TOML walked against the sections,
+  secrets from the environment, the checks across keys (``SPARK_MASTER``).
+* ``render.py``: ``render_config`` for ``--print-config``, ``toml_value``.
+"""
+
+# First, before the modules that import them from here (see sections.py).
+from ingest.config.units import Duration, Size, parse_duration, parse_size
+
+# isort: split
+from ingest.config.loader import SPARK_MASTER, load_config, parse_config
+from ingest.config.render import render_config, toml_value
+from ingest.config.sections import (
+    DeadLetterSection,
+    FetchSection,
+    HandoffSection,
+    IngestConfig,
+    KafkaSection,
+    LoggingSection,
+    MetricsSection,
+    SaslSection,
+    SourceSection,
+    SparkSection,
+    TableSection,
+    TlsSection,
+    TriggerSection,
+    ValueSection,
+    WorkerSection,
+    offsets_topic_partition,
+)
+
+__all__ = [
+    "SPARK_MASTER",
+    "DeadLetterSection",
+    "Duration",
+    "FetchSection",
+    "HandoffSection",
+    "IngestConfig",
+    "KafkaSection",
+    "LoggingSection",
+    "MetricsSection",
+    "SaslSection",
+    "Size",
+    "SourceSection",
+    "SparkSection",
+    "TableSection",
+    "TlsSection",
+    "TriggerSection",
+    "ValueSection",
+    "WorkerSection",
+    "load_config",
+    "offsets_topic_partition",
+    "parse_config",
+    "parse_duration",
+    "parse_size",
+    "render_config",
+    "toml_value",
+]

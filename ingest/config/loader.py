@@ -1,0 +1,201 @@
+"""Reading a TOML config: each table walked against its section's dataclass, then the
+secrets read from the environment and the checks that span keys.
+
+Every error is a ``ConfigError`` naming the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from ingest.client.config import Secret
+from ingest.config.sections import IngestConfig
+from ingest.config.units import Duration, Size, parse_duration, parse_size
+from ingest.ddl import check_ddl
+from ingest.errors import ConfigError
+
+# Spark's master URLs (Spark 4: no Mesos). Anything else fails at load, not in the JVM.
+_HOST_PORT = r"[A-Za-z0-9_.\-]+:\d{1,5}"
+SPARK_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?"
+    r"|local-cluster\[[1-9]\d*,\s*[1-9]\d*,\s*[1-9]\d*\]"
+    rf"|spark://{_HOST_PORT}(,{_HOST_PORT})*"
+    r"|yarn"
+    r"|k8s://(https?://)?[A-Za-z0-9_.\-\[\]:]+(:\d{1,5})?(/.*)?"
+)
+
+
+def load_config(
+    path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+) -> IngestConfig:
+    """Reads and validates a TOML config; every error names the file and the key."""
+    shown = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config: {exc.strerror or exc}", path=shown) from exc
+    return parse_config(text, path=shown, env=os.environ if env is None else env)
+
+
+def parse_config(text: str, *, path: str = "<memory>", env: Mapping[str, str]) -> IngestConfig:
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from exc
+    values = _build(IngestConfig, document, key="", path=path, skip={"path", "secrets"})
+    config = IngestConfig(**values, path=path)
+    secrets = _resolve_secrets(config, env, path)
+    config = dataclasses.replace(config, secrets=secrets)
+    _check_consistency(config)
+    return config
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _build(
+    cls: type, table: object, *, key: str, path: str, skip: set[str] | None = None
+) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ConfigError("expected a table", path=path, key=key or None)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in (skip or set())}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        where = f"{key}.{unknown[0]}" if key else unknown[0]
+        known = ", ".join(sorted(fields))
+        raise ConfigError(f"unknown key (known here: {known})", path=path, key=where)
+    hints = _hints(cls)
+    out: dict[str, Any] = {}
+    for name, spec in fields.items():
+        dotted = f"{key}.{name}" if key else name
+        if name not in table:
+            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                raise ConfigError("missing required key", path=path, key=dotted)
+            continue
+        out[name] = _convert(hints[name], table[name], key=dotted, path=path)
+    return out
+
+
+def _convert(hint: Any, value: object, *, key: str, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return _convert(options[0], value, key=key, path=path)
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(repr(a) for a in args)
+            raise ConfigError(f"expected one of {choices}, got {value!r}", path=path, key=key)
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError("expected a list", path=path, key=key)
+        return [
+            _convert(args[0], item, key=f"{key}[{i}]", path=path) for i, item in enumerate(value)
+        ]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError("expected a table", path=path, key=key)
+        return {k: _convert(args[1], v, key=f"{key}.{k}", path=path) for k, v in value.items()}
+    if hint is Size or hint is Duration:
+        parse = parse_size if hint is Size else parse_duration
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=path, key=key) from None
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return hint(**_build(hint, value, key=key, path=path))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"expected true or false, got {value!r}", path=path, key=key)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"expected an integer, got {value!r}", path=path, key=key)
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"expected a string, got {value!r}", path=path, key=key)
+        return value
+    raise ConfigError(f"unsupported config type {hint!r}", path=path, key=key)
+
+
+def _resolve_secrets(config: IngestConfig, env: Mapping[str, str], path: str) -> dict[str, Secret]:
+    wanted: dict[str, str] = {}
+    if config.kafka.sasl is not None:
+        wanted["kafka.sasl.password_env"] = config.kafka.sasl.password_env
+    if config.kafka.tls is not None and config.kafka.tls.key_password_env:
+        wanted["kafka.tls.key_password_env"] = config.kafka.tls.key_password_env
+    for option, variable in config.table.storage_options_env.items():
+        wanted[f"table.storage_options_env.{option}"] = variable
+    secrets = {}
+    for key, variable in wanted.items():
+        if variable not in env:
+            raise ConfigError(f"environment variable {variable} is not set", path=path, key=key)
+        secrets[key] = Secret(env[variable])
+    return secrets
+
+
+def _check_consistency(config: IngestConfig) -> None:
+    path = config.path
+    if not config.kafka.bootstrap_servers:
+        raise ConfigError("needs at least one host:port", path=path, key="kafka.bootstrap_servers")
+    for i, server in enumerate(config.kafka.bootstrap_servers):
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"expected host:port, got {server!r}",
+                path=path,
+                key=f"kafka.bootstrap_servers[{i}]",
+            )
+    if config.kafka.security_protocol.startswith("SASL") and config.kafka.sasl is None:
+        raise ConfigError(
+            f"{config.kafka.security_protocol} needs a [kafka.sasl] table",
+            path=path,
+            key="kafka.sasl",
+        )
+    if not config.source.topics:
+        raise ConfigError("needs at least one topic", path=path, key="source.topics")
+    if config.source.heartbeat_interval >= config.source.session_timeout:
+        raise ConfigError(
+            "must be shorter than source.session_timeout",
+            path=path,
+            key="source.heartbeat_interval",
+        )
+    if config.table.mode == "upsert" and not config.table.merge_keys:
+        raise ConfigError('mode "upsert" needs merge_keys', path=path, key="table.merge_keys")
+    if config.table.value.format == "json" and not config.table.value.schema:
+        raise ConfigError(
+            'format "json" needs a schema (Spark DDL)', path=path, key="table.value.schema"
+        )
+    if config.table.value.schema:
+        try:
+            check_ddl(config.table.value.schema)
+        except ConfigError as exc:
+            raise ConfigError(str(exc), path=path, key="table.value.schema") from None
+    if not SPARK_MASTER.fullmatch(config.spark.master):
+        raise ConfigError(
+            f"expected a Spark master URL (local, local[N], local[*], local[N,F], "
+            f"local-cluster[N,C,M], spark://host:port, yarn, k8s://...), "
+            f"got {config.spark.master!r}",
+            path=path,
+            key="spark.master",
+        )
+    if config.worker.resume_unacked_bytes >= config.worker.max_unacked_bytes:
+        raise ConfigError(
+            "must be below worker.max_unacked_bytes", path=path, key="worker.resume_unacked_bytes"
+        )
+    if config.handoff.mode == "files" and not config.handoff.root:
+        raise ConfigError(
+            'mode "files" needs a root directory or URI', path=path, key="handoff.root"
+        )

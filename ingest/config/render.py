@@ -1,0 +1,72 @@
+"""The effective config as TOML, secrets masked (``--print-config``), and the TOML
+spelling of one value (also used by ``ingest.testing.configs``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from ingest.client.config import Secret
+from ingest.config.sections import IngestConfig
+from ingest.config.units import Duration, Size
+
+
+def render_config(config: IngestConfig) -> str:
+    """The effective config as TOML, secrets masked (for ``--print-config``)."""
+    lines: list[str] = []
+    for section in dataclasses.fields(config):
+        if section.name in ("path", "secrets"):
+            continue
+        _render_table(section.name, getattr(config, section.name), config.secrets, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _render_table(name: str, value: Any, secrets: Mapping[str, Secret], lines: list[str]) -> None:
+    scalars: list[str] = []
+    nested: list[tuple[str, Any]] = []
+    for spec in dataclasses.fields(value):
+        item = getattr(value, spec.name)
+        dotted = f"{name}.{spec.name}"
+        if dataclasses.is_dataclass(item):
+            nested.append((dotted, item))
+        elif item is None:
+            continue
+        elif spec.name.endswith("_env") and isinstance(item, str):
+            shown = "***" if dotted in secrets else "(unset)"
+            scalars.append(f"{spec.name} = {toml_value(item)}  # value: {shown}")
+        elif isinstance(item, dict) and spec.name == "storage_options_env":
+            scalars.append(f"{spec.name} = {toml_value(item)}  # values: ***")
+        else:
+            scalars.append(f"{spec.name} = {toml_value(item)}")
+    lines.append(f"[{name}]")
+    lines.extend(scalars)
+    lines.append("")
+    for dotted, item in nested:
+        _render_table(dotted, item, secrets, lines)
+
+
+def toml_value(value: Any) -> str:
+    """One value as TOML (sizes and durations in their config spelling)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Size):
+        return f'"{_format_size(int(value))}"'
+    if isinstance(value, Duration):
+        return f'"{float(value):g}s"'
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f'"{k}" = {toml_value(v)}' for k, v in value.items()) + " }"
+    return repr(value)
+
+
+def _format_size(value: int) -> str:
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= factor and value % factor == 0:
+            return f"{value // factor}{unit}"
+    return str(value)

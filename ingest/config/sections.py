@@ -1,0 +1,219 @@
+"""The config's sections: one frozen dataclass per TOML table, and ``IngestConfig``.
+
+Each field's annotation is what the loader (``loader.py``) checks a TOML value against,
+and its default is the product's default. ``IngestConfig`` also turns the sections into
+what the layers below take (``client_config``, the table's storage options).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ingest.client.config import ClientConfig, SaslConfig, Secret, TlsConfig
+
+# From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
+# ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
+from ingest.config import Duration, Size
+from ingest.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TlsSection:
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    key_password_env: str | None = None
+    check_hostname: bool = True
+
+
+@dataclass(frozen=True)
+class SaslSection:
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    username: str
+    password_env: str
+
+
+@dataclass(frozen=True)
+class KafkaSection:
+    bootstrap_servers: list[str]
+    client_id: str = "ingest"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    connect_timeout: Duration = Duration(10)
+    request_timeout: Duration = Duration(30)
+    # How long a cluster operation (metadata, coordinator lookup) keeps retrying.
+    retry_timeout: Duration = Duration(30)
+    tls: TlsSection | None = None
+    sasl: SaslSection | None = None
+
+
+@dataclass(frozen=True)
+class SourceSection:
+    topics: list[str]
+    group_id: str
+    group_instance_id: str | None = None
+    assignors: list[Literal["cooperative-sticky", "range", "roundrobin"]] = field(
+        default_factory=lambda: ["cooperative-sticky", "range"]
+    )
+    session_timeout: Duration = Duration(45)
+    heartbeat_interval: Duration = Duration(3)
+    rebalance_timeout: Duration = Duration(300)
+    auto_offset_reset: Literal["earliest", "latest", "fail"] = "earliest"
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    offsets_topic_partitions: int = 50
+    leave_group_on_shutdown: bool | None = None  # None: leave unless static
+
+
+@dataclass(frozen=True)
+class FetchSection:
+    max_wait: Duration = Duration(0.5)
+    min_bytes: Size = Size(1)
+    max_bytes: Size = Size(50 * 1024**2)
+    partition_max_bytes: Size = Size(8 * 1024**2)
+    check_crc: bool = False
+
+
+@dataclass(frozen=True)
+class WorkerSection:
+    max_unacked_bytes: Size = Size(256 * 1024**2)
+    resume_unacked_bytes: Size = Size(128 * 1024**2)
+    restart_backoff: Duration = Duration(1)
+    max_restarts_at_same_offset: int = 5
+
+
+@dataclass(frozen=True)
+class HandoffSection:
+    mode: Literal["shm", "files"] = "shm"
+    root: str | None = None
+    segment_max_bytes: Size = Size(64 * 1024**2)
+    segment_max_age: Duration = Duration(5)
+    max_buffered_bytes: Size = Size(1024**3)
+
+
+@dataclass(frozen=True)
+class TriggerSection:
+    # A batch's segment bytes: big enough for a backlog to land in few batches (5M
+    # records: 1 GiB batches 9.2-9.9 s, 256 MiB 10.2-11.4 s, same broker and data).
+    max_bytes: Size = Size(1024**3)
+    max_records: int = 5_000_000
+    max_age: Duration = Duration(30)
+    # On SIGTERM/SIGINT: how long the in-flight and final batches get before giving up.
+    shutdown_timeout: Duration = Duration(60)
+
+
+@dataclass(frozen=True)
+class ValueSection:
+    format: Literal["binary", "string", "json"] = "binary"
+    schema: str | None = None  # Spark DDL, for json
+
+
+@dataclass(frozen=True)
+class TableSection:
+    uri: str
+    mode: Literal["append", "upsert"] = "append"
+    merge_keys: list[str] = field(default_factory=list)
+    partition_by: list[str] = field(default_factory=list)
+    transform: str | None = None  # SQL over the view `batch`
+    storage_options: dict[str, str] = field(default_factory=dict)
+    storage_options_env: dict[str, str] = field(default_factory=dict)  # option -> env var
+    value: ValueSection = field(default_factory=ValueSection)
+
+
+@dataclass(frozen=True)
+class DeadLetterSection:
+    uri: str | None = None  # default: <table uri>_dead_letters
+
+
+@dataclass(frozen=True)
+class SparkSection:
+    master: str = "local[*]"
+    app_name: str = "ingest"
+    conf: dict[str, str] = field(default_factory=dict)
+    # A class-data-sharing archive of the driver JVM's classes, kept in the user's cache
+    # (~115 MB): the first run records it, later runs start their JVM in about half the time.
+    class_data_sharing: bool = True
+
+
+@dataclass(frozen=True)
+class MetricsSection:
+    listen: str | None = None  # "127.0.0.1:9464" serves Prometheus text
+
+
+@dataclass(frozen=True)
+class LoggingSection:
+    format: Literal["kv", "json"] = "kv"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    kafka: KafkaSection
+    source: SourceSection
+    table: TableSection
+    fetch: FetchSection = field(default_factory=FetchSection)
+    worker: WorkerSection = field(default_factory=WorkerSection)
+    handoff: HandoffSection = field(default_factory=HandoffSection)
+    trigger: TriggerSection = field(default_factory=TriggerSection)
+    dead_letter: DeadLetterSection = field(default_factory=DeadLetterSection)
+    spark: SparkSection = field(default_factory=SparkSection)
+    metrics: MetricsSection = field(default_factory=MetricsSection)
+    logging: LoggingSection = field(default_factory=LoggingSection)
+    path: str = "<memory>"
+    # Secrets resolved from the environment at load time, by dotted key.
+    secrets: Mapping[str, Secret] = field(default_factory=dict, repr=False)
+
+    def client_config(self) -> ClientConfig:
+        kafka = self.kafka
+        tls = None
+        if kafka.security_protocol in ("SSL", "SASL_SSL"):
+            section = kafka.tls or TlsSection()
+            tls = TlsConfig(
+                ca_file=section.ca_file,
+                cert_file=section.cert_file,
+                key_file=section.key_file,
+                key_password=self.secrets.get("kafka.tls.key_password_env"),
+                check_hostname=section.check_hostname,
+            )
+        sasl = None
+        if kafka.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            assert kafka.sasl is not None  # checked on load
+            sasl = SaslConfig(
+                mechanism=kafka.sasl.mechanism,
+                username=kafka.sasl.username,
+                password=self.secrets["kafka.sasl.password_env"],
+            )
+        return ClientConfig(
+            bootstrap_servers=tuple(kafka.bootstrap_servers),
+            client_id=kafka.client_id,
+            connect_timeout=float(kafka.connect_timeout),
+            request_timeout=float(kafka.request_timeout),
+            retry_timeout=float(kafka.retry_timeout),
+            tls=tls,
+            sasl=sasl,
+        )
+
+    def table_storage_options(self) -> dict[str, str]:
+        options = dict(self.table.storage_options)
+        for option in self.table.storage_options_env:
+            options[option] = self.secrets[f"table.storage_options_env.{option}"].reveal()
+        return options
+
+    def dead_letter_uri(self) -> str:
+        return self.dead_letter.uri or self.table.uri.rstrip("/") + "_dead_letters"
+
+
+def offsets_topic_partition(group_id: str, partitions: int = 50) -> int:
+    """The ``__consumer_offsets`` partition that holds ``group_id``: Java's
+    ``abs(groupId.hashCode()) % partitions`` (``offsets.topic.num.partitions``)."""
+    if partitions <= 0:
+        raise ConfigError("must be positive", key="source.offsets_topic_partitions")
+    hash_code = 0
+    # Java hashes UTF-16 code units.
+    data = group_id.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        hash_code = (31 * hash_code + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    signed = hash_code - (1 << 32) if hash_code & 0x80000000 else hash_code
+    # Java's Math.abs(Integer.MIN_VALUE) stays negative; Kafka's Utils.abs maps it to 0.
+    magnitude = 0 if signed == -(1 << 31) else abs(signed)
+    return magnitude % partitions
