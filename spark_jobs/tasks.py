@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from ingest.handoff import SegmentSealed
-from ingest.sink.txn import PartitionKey
+from ingest.protocol.partition import Partition
 from spark_jobs.source import SegmentTask
 
 __all__ = ["group_segments"]
@@ -28,8 +28,8 @@ _TASK_COST_BYTES = 2 << 20
 def group_segments(
     segments: Sequence[SegmentSealed],
     *,
-    skip_through: Mapping[PartitionKey, int | None],
-    dead_skip_through: Mapping[PartitionKey, int | None],
+    skip_through: Mapping[Partition, int | None],
+    dead_skip_through: Mapping[Partition, int | None],
     parallelism: int,
 ) -> tuple[SegmentTask, ...]:
     """Spark tasks for a batch: each partition's records cut into pieces of equal size,
@@ -42,14 +42,14 @@ def group_segments(
     piece size is the one, for 1 to 4 waves of tasks per core, whose tasks finish
     soonest when scheduled on ``parallelism`` cores, counting a fixed cost per task."""
     cores = max(parallelism, 1)
-    by_partition: dict[PartitionKey, list[SegmentSealed]] = {}
+    by_partition: dict[Partition, list[SegmentSealed]] = {}
     for segment in sorted(segments, key=lambda s: (s.topic, s.partition, s.first_offset)):
-        by_partition.setdefault((segment.topic, segment.partition), []).append(segment)
+        by_partition.setdefault(Partition(segment.topic, segment.partition), []).append(segment)
     sizes = {key: sum(s.bytes for s in run) for key, run in by_partition.items()}
     total = sum(sizes.values())
     if not total:
         return ()
-    best: tuple[float, int, dict[PartitionKey, int]] | None = None
+    best: tuple[float, int, dict[Partition, int]] | None = None
     for waves in range(1, 5):
         piece = min(max(total / (cores * waves), _MIN_TASK_BYTES), _MAX_TASK_BYTES)
         counts = {key: _piece_count(size, piece) for key, size in sizes.items()}

@@ -2,23 +2,20 @@
 
 ``BrokerConnection`` is one connection to one broker (framing, pipelining,
 timeouts, version negotiation, TLS, SASL); ``Cluster`` bootstraps, keeps the
-metadata and leader cache, and finds coordinators. Both are single-owner and
-start no thread.
+metadata and leader cache (``metadata.py``), lists offsets per leader
+(``offsets.py``) and finds coordinators (``coordinators.py``). Both are
+single-owner and start no thread. ``Partition`` is
+``ingest.protocol.partition.Partition``, re-exported.
 """
 
 from ingest.client.backoff import Backoff
-from ingest.client.cluster import (
-    BrokerInfo,
-    Cluster,
-    ClusterView,
-    ListedOffset,
-    PartitionInfo,
-    TopicInfo,
-    TopicPartition,
-)
+from ingest.client.cluster import Cluster
 from ingest.client.config import ClientConfig, SaslConfig, Secret, TlsConfig
 from ingest.client.connection import BrokerConnection, InFlight
+from ingest.client.metadata import BrokerInfo, ClusterView, PartitionInfo, TopicInfo
+from ingest.client.offsets import ListedOffset
 from ingest.client.versions import NegotiatedApi, Negotiation, negotiate
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "Backoff",
@@ -31,11 +28,11 @@ __all__ = [
     "ListedOffset",
     "NegotiatedApi",
     "Negotiation",
+    "Partition",
     "PartitionInfo",
     "SaslConfig",
     "Secret",
     "TlsConfig",
     "TopicInfo",
-    "TopicPartition",
     "negotiate",
 ]

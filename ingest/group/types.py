@@ -1,12 +1,15 @@
-"""Small value types shared by the group state machine and the assignors."""
+"""Small value types shared by the group state machine and the assignors.
+
+``Partition`` is ``ingest.protocol.partition.Partition``, re-exported.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import Enum
-from typing import NamedTuple
 
 from ingest.errors import LocalProtocolError
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "InvalidTransition",
@@ -16,16 +19,6 @@ __all__ = [
     "java_order",
     "partitions_by_topic",
 ]
-
-
-class Partition(NamedTuple):
-    """One partition of one topic (Kafka's ``TopicPartition``)."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class MemberState(Enum):

@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from ingest.handoff import CorruptRangeReported, SegmentSealed, read_segment
-from ingest.sink.txn import PartitionKey, or_minus_one
+from ingest.protocol.partition import Partition
+from ingest.sink.txn import or_minus_one
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
@@ -149,7 +150,7 @@ def rejected_dead_letters(
     rejected: Sequence[Rejected],
     stage: str,
     *,
-    skip_through: Mapping[PartitionKey, int | None],
+    skip_through: Mapping[Partition, int | None],
     storage_options: Mapping[str, Any],
     ingest_time: dt.datetime,
 ) -> pa.Table:
@@ -157,13 +158,14 @@ def rejected_dead_letters(
     from ``segments``: the rows themselves may no longer hold the raw value, key and
     headers. Rows at or below their partition's ``skip_through`` (the dead-letter
     table's txn version) are there already."""
-    wanted: dict[PartitionKey, dict[int, str]] = {}
+    wanted: dict[Partition, dict[int, str]] = {}
     for topic, partition, offset, message in rejected:
-        if offset > or_minus_one(skip_through[(topic, partition)]):
-            wanted.setdefault((topic, partition), {})[offset] = message
+        key = Partition(topic, partition)
+        if offset > or_minus_one(skip_through[key]):
+            wanted.setdefault(key, {})[offset] = message
     pieces: list[pa.Table] = []
     for segment in segments:
-        offsets = wanted.get((segment.topic, segment.partition))
+        offsets = wanted.get(Partition(segment.topic, segment.partition))
         if not offsets or not any(
             segment.first_offset <= o <= segment.last_offset for o in offsets
         ):

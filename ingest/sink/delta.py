@@ -46,11 +46,12 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from ingest.errors import SinkError
+from ingest.protocol.partition import Partition
 from ingest.sink import rewrite
 from ingest.sink.files import DataFile
 from ingest.sink.schema import evolve, nullable_schema
 from ingest.sink.storage import TableLocation
-from ingest.sink.txn import PartitionKey, advances, newer_txns, or_minus_one
+from ingest.sink.txn import advances, newer_txns, or_minus_one
 
 __all__ = [
     "COMMIT_TOKEN_KEY",
@@ -255,7 +256,7 @@ class DeltaTarget:
         txns: Mapping[str, int],
         schema: pa.Schema,
         *,
-        ranges: Mapping[PartitionKey, tuple[int, int]],
+        ranges: Mapping[Partition, tuple[int, int]],
     ) -> CommitOutcome:
         """Commits ``files`` and ``txns`` in one transaction that also removes the
         table's rows in ``ranges`` ((topic, partition) -> inclusive first and last
@@ -432,12 +433,12 @@ class DeltaTarget:
                     f"{self.uri}: a concurrent writer covered offsets of this batch and "
                     f"{data_file.path} does not say which offsets it holds"
                 )
-            cut: dict[PartitionKey, int] = {}
+            cut: dict[Partition, int] = {}
             for source in data_file.sources:
                 app = app_id_of(source.topic, source.partition)
                 version = current.get(app)
                 if app in moved and version is not None and source.min_offset <= version:
-                    cut[(source.topic, source.partition)] = version
+                    cut[Partition(source.topic, source.partition)] = version
             if not cut:
                 kept.append(data_file)
                 continue

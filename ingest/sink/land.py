@@ -62,6 +62,7 @@ import pyarrow as pa
 from ingest.errors import ConfigError, SinkError
 from ingest.faults import fault_point
 from ingest.handoff import CorruptRangeReported, SegmentSealed
+from ingest.protocol.partition import Partition
 from ingest.sink.config import TableConfig
 from ingest.sink.deadletter import (
     DEAD_LETTER_SCHEMA,
@@ -76,7 +77,7 @@ from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
 from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.merge import upsert, upsert_source
 from ingest.sink.storage import TableLocation
-from ingest.sink.txn import PartitionKey, app_id, or_minus_one
+from ingest.sink.txn import app_id, or_minus_one
 
 __all__ = [
     "STAGING",
@@ -112,31 +113,31 @@ class Batch:
         object.__setattr__(self, "segments", tuple(self.segments))
         object.__setattr__(self, "corrupt", tuple(self.corrupt))
 
-    def partitions(self) -> list[PartitionKey]:
-        keys = {(s.topic, s.partition) for s in self.segments}
-        keys |= {(c.topic, c.partition) for c in self.corrupt}
+    def partitions(self) -> list[Partition]:
+        keys = {Partition(s.topic, s.partition) for s in self.segments}
+        keys |= {Partition(c.topic, c.partition) for c in self.corrupt}
         return sorted(keys)
 
-    def offset_ranges(self) -> dict[PartitionKey, tuple[int, int]]:
+    def offset_ranges(self) -> dict[Partition, tuple[int, int]]:
         """The first and last offset the batch accounts for, per partition."""
-        first: dict[PartitionKey, int] = {}
+        first: dict[Partition, int] = {}
         for s in self.segments:
-            key = (s.topic, s.partition)
+            key = Partition(s.topic, s.partition)
             first[key] = min(first.get(key, s.from_offset), s.from_offset)
         for c in self.corrupt:
-            key = (c.topic, c.partition)
+            key = Partition(c.topic, c.partition)
             first[key] = min(first.get(key, c.first_offset), c.first_offset)
         last = self.last_offsets()
         return {key: (first[key], last[key]) for key in first}
 
-    def last_offsets(self) -> dict[PartitionKey, int]:
+    def last_offsets(self) -> dict[Partition, int]:
         """The last offset the batch accounts for, per partition (its txn version)."""
-        last: dict[PartitionKey, int] = {}
+        last: dict[Partition, int] = {}
         for s in self.segments:
-            key = (s.topic, s.partition)
+            key = Partition(s.topic, s.partition)
             last[key] = max(last.get(key, -1), s.next_offset - 1)
         for c in self.corrupt:
-            key = (c.topic, c.partition)
+            key = Partition(c.topic, c.partition)
             end = c.first_offset if c.last_offset is None else c.last_offset
             last[key] = max(last.get(key, -1), end)
         return last
@@ -149,7 +150,7 @@ class BatchResult:
 
     table_version: int | None
     dead_letter_version: int | None
-    durable_offsets: Mapping[PartitionKey, int | None]
+    durable_offsets: Mapping[Partition, int | None]
     rows_written: int
     dead_letters: int
     stage_seconds: Mapping[str, float]
@@ -169,8 +170,8 @@ class WriteRequest:
 
     token: str
     segments: tuple[SegmentSealed, ...]
-    skip_through: Mapping[PartitionKey, int | None]
-    dead_skip_through: Mapping[PartitionKey, int | None]
+    skip_through: Mapping[Partition, int | None]
+    dead_skip_through: Mapping[Partition, int | None]
     table: TableLocation
     dead: TableLocation
     partition_by: tuple[str, ...]
@@ -245,7 +246,7 @@ class _Landing:
         self.token = uuid.uuid4().hex[:16]
 
     def app_id_of(self, topic: str, partition: int) -> str:
-        return self.apps.get((topic, partition)) or app_id(
+        return self.apps.get(Partition(topic, partition)) or app_id(
             self.config.uri, self.config.group, topic, partition
         )
 
@@ -332,7 +333,8 @@ class _Landing:
             segments=tuple(
                 s
                 for s in self.batch.segments
-                if s.record_count and s.last_offset > or_minus_one(skip[(s.topic, s.partition)])
+                if s.record_count
+                and s.last_offset > or_minus_one(skip[Partition(s.topic, s.partition)])
             ),
             skip_through=skip,
             dead_skip_through={key: dead_planned[app] for key, app in self.apps.items()},
@@ -355,8 +357,8 @@ class _Landing:
         corrupt = [
             c
             for c in batch.corrupt
-            if c.first_offset > or_minus_one(skip[(c.topic, c.partition)])
-            and c.first_offset > or_minus_one(dead_skip[(c.topic, c.partition)])
+            if c.first_offset > or_minus_one(skip[Partition(c.topic, c.partition)])
+            and c.first_offset > or_minus_one(dead_skip[Partition(c.topic, c.partition)])
         ]
         if corrupt:
             extra.append(

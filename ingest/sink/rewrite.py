@@ -33,9 +33,9 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import RemoveAction
 
+from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, sources_of, write_data_file
 from ingest.sink.storage import TableLocation
-from ingest.sink.txn import PartitionKey
 
 __all__ = ["cut_ranges", "in_ranges", "without_covered"]
 
@@ -45,7 +45,7 @@ _INT64_MIN = -(2**63)
 def cut_ranges(
     location: TableLocation,
     table: DeltaTable,
-    ranges: Mapping[PartitionKey, tuple[int, int]],
+    ranges: Mapping[Partition, tuple[int, int]],
     attempt: int,
 ) -> tuple[list[RemoveAction], list[DataFile], int]:
     """The remove actions, rewritten files and replaced row count that take every
@@ -98,12 +98,13 @@ def cut_ranges(
 
 
 def without_covered(
-    location: TableLocation, data_file: DataFile, cut: Mapping[PartitionKey, int], attempt: int
+    location: TableLocation, data_file: DataFile, cut: Mapping[Partition, int], attempt: int
 ) -> DataFile | None:
     """``data_file`` rewritten without its rows at or below ``cut``'s offsets (None when
     none is left). The original stays: the caller deletes it."""
     if all(
-        (s.topic, s.partition) in cut and s.max_offset <= cut[(s.topic, s.partition)]
+        Partition(s.topic, s.partition) in cut
+        and s.max_offset <= cut[Partition(s.topic, s.partition)]
         for s in data_file.sources
     ):
         return None
@@ -118,7 +119,7 @@ def without_covered(
     )
 
 
-def in_ranges(rows: pa.Table, ranges: Mapping[PartitionKey, tuple[int, int]]) -> Any:
+def in_ranges(rows: pa.Table, ranges: Mapping[Partition, tuple[int, int]]) -> Any:
     """A mask of the rows whose (topic, partition, offset) falls in ``ranges``
     ((topic, partition) -> inclusive first and last offset)."""
     topic, partition, offset = rows.column("topic"), rows.column("partition"), rows.column("offset")
@@ -161,7 +162,7 @@ def _write_remainder(
     )
 
 
-def _may_hold(entry: Mapping[str, object], ranges: Mapping[PartitionKey, tuple[int, int]]) -> bool:
+def _may_hold(entry: Mapping[str, object], ranges: Mapping[Partition, tuple[int, int]]) -> bool:
     """Whether a file's statistics allow rows in ``ranges`` (no statistics: maybe)."""
     low_topic, high_topic = entry.get("min.topic"), entry.get("max.topic")
     low_part, high_part = entry.get("min.partition"), entry.get("max.partition")

@@ -26,10 +26,7 @@ from collections.abc import Mapping
 
 from ingest.sink.storage import normalize_uri
 
-__all__ = ["PartitionKey", "advances", "app_id", "newer_txns", "or_minus_one"]
-
-# The one key of a source partition across the sink: (topic, partition).
-PartitionKey = tuple[str, int]
+__all__ = ["advances", "app_id", "newer_txns", "or_minus_one"]
 
 
 def app_id(table_uri: str, group: str, topic: str, partition: int) -> str:

@@ -466,7 +466,7 @@ class Engine:
             state = owner_of(self.states, batch, partition)
             if state is None:
                 continue
-            durable = result.durable_offsets.get((partition.topic, partition.partition))
+            durable = result.durable_offsets.get(partition)
             if durable is not None:
                 state.durable = max(durable, state.durable if state.durable is not None else -1)
             following = [o for o in (item_next_offset(i) for i in items) if o is not None]

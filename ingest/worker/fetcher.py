@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ingest.client.backoff import Backoff
-from ingest.client.cluster import LEADER_ERRORS, Cluster, TopicPartition
+from ingest.client.cluster import Cluster
 from ingest.client.connection import BrokerConnection, InFlight, expect_response
+from ingest.client.metadata import LEADER_ERRORS
 from ingest.errors import (
     BrokerError,
     BrokerFaultError,
@@ -45,6 +46,7 @@ from ingest.errors import (
 )
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import FetchResponse, PartitionData
+from ingest.protocol.partition import Partition
 from ingest.protocol.records import DecodedRecords, decode_records
 from ingest.worker.positions import PastLogEndWatch, PositionResolver
 from ingest.worker.results import CorruptRange, FetchResult, OffsetReset, corrupt_ranges
@@ -86,7 +88,7 @@ class PartitionFetcher:
         self.cluster = cluster
         self.topic = topic
         self.partition = partition
-        self.tp = TopicPartition(topic, partition)
+        self.tp = Partition(topic, partition)
         self.settings = settings
         self.start_position = start
         self.end_position = end

@@ -23,11 +23,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ingest.client.cluster import Cluster, TopicPartition
+from ingest.client.cluster import Cluster
 from ingest.client.connection import expect_response
 from ingest.errors import BrokerError, ProtocolError
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchResponse
+from ingest.protocol.partition import Partition
 from ingest.worker.session import FINAL_EPOCH, fetch_request, partition_data
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition
 
@@ -64,7 +65,7 @@ class PositionResolver:
     def __init__(
         self,
         cluster: Cluster,
-        tp: TopicPartition,
+        tp: Partition,
         settings: FetchSettings,
         sizes: Callable[[], tuple[int, int]],
     ) -> None:
@@ -137,7 +138,7 @@ END_PROBE_MAX_WAIT_MS = 10
 
 def latest_offset_from_high_watermark(
     cluster: Cluster,
-    tp: TopicPartition,
+    tp: Partition,
     settings: FetchSettings,
     listed: int,
     *,
@@ -217,7 +218,7 @@ class PastLogEndWatch:
     answers nothing, forever. The fetcher waits for records, warning once.
     """
 
-    def __init__(self, tp: TopicPartition) -> None:
+    def __init__(self, tp: Partition) -> None:
         self.tp = tp
         self.warned = False
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ingest.client import BrokerConnection, ClientConfig, Cluster, SaslConfig, Secret
-from ingest.client.cluster import READ_COMMITTED, TopicPartition
+from ingest.client.offsets import READ_COMMITTED
 from ingest.errors import BrokerError, KafkaConnectionError
 from ingest.protocol.codec import API_NAMES, SUPPORTED_VERSIONS
 from ingest.protocol.messages import (
@@ -36,6 +36,7 @@ from ingest.protocol.messages import (
     MetadataRequestTopic,
     MetadataResponse,
 )
+from ingest.protocol.partition import Partition
 from ingest.protocol.primitives import ZERO_UUID
 from ingest.protocol.records import decode_records
 from ingest.testing import (
@@ -163,7 +164,7 @@ def test_list_offsets_and_fetch_agree_with_the_reference_reader(
     produce(broker.bootstrap, topic, records)
     reference = read_topic(broker.bootstrap, topic)
     by_partition = {p: [r for r in reference if r.partition == p] for p in range(3)}
-    partitions = [TopicPartition(topic, p) for p in range(3)]
+    partitions = [Partition(topic, p) for p in range(3)]
     with Cluster(make_config(broker.bootstrap)) as cluster:
         earliest = cluster.list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions})
         latest = cluster.list_offsets({tp: LATEST_TIMESTAMP for tp in partitions})
@@ -220,7 +221,7 @@ def test_the_leader_cache_survives_a_broker_restart(topic: str) -> None:
             topic,
             [ProducedRecord(b"x", partition=p) for p in range(4)],
         )
-        partitions = [TopicPartition(topic, p) for p in range(4)]
+        partitions = [Partition(topic, p) for p in range(4)]
         with Cluster(make_config(durable.bootstrap, retry_timeout=30)) as cluster:
             before = cluster.list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions})
             cached = cluster.topic(topic)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ingest.client import ClientConfig, Cluster, TopicPartition
+from ingest.client import ClientConfig, Cluster, Partition
 from ingest.errors import BrokerError, KafkaConnectionError
 from ingest.protocol.codec import SUPPORTED_VERSIONS
 from ingest.protocol.headers import RequestHeader
@@ -172,11 +172,11 @@ def test_not_leader_refreshes_the_leader_cache_and_retries() -> None:
         scripted.list_offsets_errors = [6, 5]  # NOT_LEADER_OR_FOLLOWER, then LEADER_NOT_AVAILABLE
         before = len(scripted.metadata_requests)
         offsets = cluster.list_offsets(
-            {TopicPartition("t", 0): EARLIEST_TIMESTAMP, TopicPartition("t", 1): EARLIEST_TIMESTAMP}
+            {Partition("t", 0): EARLIEST_TIMESTAMP, Partition("t", 1): EARLIEST_TIMESTAMP}
         )
         assert {tp: o.offset for tp, o in offsets.items()} == {
-            TopicPartition("t", 0): 40,
-            TopicPartition("t", 1): 41,
+            Partition("t", 0): 40,
+            Partition("t", 1): 41,
         }
         # Each leader error dropped the cached leader: two refreshes, for "t" only.
         refreshes = scripted.metadata_requests[before:]
@@ -192,7 +192,7 @@ def test_a_fatal_partition_error_names_the_partition() -> None:
         cluster.bootstrap()
         scripted.list_offsets_errors = [29]  # TOPIC_AUTHORIZATION_FAILED
         with pytest.raises(BrokerError) as info:
-            cluster.list_offsets({TopicPartition("t", 1): EARLIEST_TIMESTAMP})
+            cluster.list_offsets({Partition("t", 1): EARLIEST_TIMESTAMP})
     message = str(info.value)
     assert info.value.name == "TOPIC_AUTHORIZATION_FAILED" and not info.value.retriable
     assert f"broker 127.0.0.1:{scripted.port} (node 1), ListOffsets v7" in message

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from ingest.client import BrokerConnection, ClientConfig, Cluster, SaslConfig, Secret, TlsConfig
-from ingest.client.cluster import TopicPartition
 from ingest.errors import BrokerError, KafkaConnectionError
 from ingest.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from ingest.testing.tls import make_certificates
 
@@ -54,7 +54,7 @@ def three_records(broker: KafkaCluster, topic: str) -> str:
 
 
 def offsets(cluster: Cluster, topic: str) -> tuple[int, int]:
-    tp = TopicPartition(topic, 0)
+    tp = Partition(topic, 0)
     earliest = cluster.list_offsets({tp: EARLIEST_TIMESTAMP})[tp].offset
     latest = cluster.list_offsets({tp: LATEST_TIMESTAMP})[tp].offset
     return earliest, latest

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ingest.client import BrokerConnection, ClientConfig, Cluster, TlsConfig, TopicPartition
+from ingest.client import BrokerConnection, ClientConfig, Cluster, Partition, TlsConfig
 from ingest.errors import KafkaConnectionError
 from ingest.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ingest.testing import ProducedRecord, produce
@@ -85,7 +85,7 @@ def test_metadata_and_offsets_through_tls(tls_setup: TlsSetup, topic: str) -> No
         (node,) = view.brokers
         # The advertised address is the terminator, never the broker's plain port.
         assert (node.host, node.port) == ("localhost", tls_setup.port)
-        tp = TopicPartition(topic, 0)
+        tp = Partition(topic, 0)
         earliest = cluster.list_offsets({tp: EARLIEST_TIMESTAMP})[tp].offset
         latest = cluster.list_offsets({tp: LATEST_TIMESTAMP})[tp].offset
         connection = cluster.leader_connection(topic, 0)
