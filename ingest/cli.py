@@ -101,9 +101,10 @@ def _check_bootstrap(config: Any) -> None:
     within kafka.retry_timeout, before Spark or any worker starts."""
     from ingest.client import Cluster
     from ingest.errors import KafkaConnectionError
+    from ingest.supervisor.settings import client_config
 
     try:
-        with Cluster(config.client_config()) as cluster:
+        with Cluster(client_config(config)) as cluster:
             cluster.bootstrap()
     except KafkaConnectionError as exc:
         servers = ", ".join(config.kafka.bootstrap_servers)

@@ -16,6 +16,7 @@ from ingest.config import (
     render_config,
 )
 from ingest.errors import ConfigError
+from ingest.supervisor.settings import client_config
 
 MINIMAL = """
 [kafka]
@@ -41,7 +42,7 @@ def test_a_minimal_config_takes_the_defaults() -> None:
     assert config.trigger.max_bytes == 1024**3
     assert config.handoff.mode == "shm"
     assert config.dead_letter_uri() == "/tmp/events_dead_letters"
-    assert config.client_config().bootstrap_servers == ("127.0.0.1:9092",)
+    assert client_config(config).bootstrap_servers == ("127.0.0.1:9092",)
 
 
 def test_the_issue_example_message() -> None:
@@ -110,7 +111,7 @@ SASL = MINIMAL.replace(
 def test_secrets_come_from_the_environment_and_are_masked() -> None:
     config = _parse(SASL, env={"KAFKA_PW": "hunter2-very-secret"})
 
-    client = config.client_config()
+    client = client_config(config)
     assert client.sasl is not None and client.sasl.password.reveal() == "hunter2-very-secret"
     shown = render_config(config) + repr(config) + repr(client)
     assert "hunter2" not in shown

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ingest.client.config import ClientConfig, SaslConfig, Secret, TlsConfig
+from ingest.client.config import Secret
 
 # From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
@@ -162,36 +162,6 @@ class IngestConfig:
     path: str = "<memory>"
     # Secrets resolved from the environment at load time, by dotted key.
     secrets: Mapping[str, Secret] = field(default_factory=dict, repr=False)
-
-    def client_config(self) -> ClientConfig:
-        kafka = self.kafka
-        tls = None
-        if kafka.security_protocol in ("SSL", "SASL_SSL"):
-            section = kafka.tls or TlsSection()
-            tls = TlsConfig(
-                ca_file=section.ca_file,
-                cert_file=section.cert_file,
-                key_file=section.key_file,
-                key_password=self.secrets.get("kafka.tls.key_password_env"),
-                check_hostname=section.check_hostname,
-            )
-        sasl = None
-        if kafka.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            assert kafka.sasl is not None  # checked on load
-            sasl = SaslConfig(
-                mechanism=kafka.sasl.mechanism,
-                username=kafka.sasl.username,
-                password=self.secrets["kafka.sasl.password_env"],
-            )
-        return ClientConfig(
-            bootstrap_servers=tuple(kafka.bootstrap_servers),
-            client_id=kafka.client_id,
-            connect_timeout=float(kafka.connect_timeout),
-            request_timeout=float(kafka.request_timeout),
-            retry_timeout=float(kafka.retry_timeout),
-            tls=tls,
-            sasl=sasl,
-        )
 
     def table_storage_options(self) -> dict[str, str]:
         options = dict(self.table.storage_options)

@@ -40,13 +40,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig
 from ingest.errors import (
-    BrokerFaultError,
     ConfigError,
     IngestError,
     SinkError,
@@ -55,19 +54,21 @@ from ingest.faults import fault_point
 from ingest.group import (
     Partition,
 )
-from ingest.handoff import CorruptRangeReported, HandoffStore, SegmentSealed
+from ingest.handoff import HandoffStore
 from ingest.logs import event
-from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
+from ingest.supervisor.backpressure import GlobalBufferCap
 from ingest.supervisor.batcher import Batcher, jvm_exit_code, owner_of
 from ingest.supervisor.batches import (
     BatchThread,
     Item,
     item_next_offset,
 )
+from ingest.supervisor.intake import Intake
 from ingest.supervisor.metrics import Metrics, MetricsServer
-from ingest.supervisor.partitions import Change, PartitionState, already_durable
+from ingest.supervisor.partitions import Change, PartitionState
 from ingest.supervisor.pool import WorkerPool, prestart_workers
 from ingest.supervisor.settings import (
+    client_config,
     fetch_settings,
     handoff_config,
     table_config,
@@ -77,14 +78,9 @@ from ingest.supervisor.source import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, RunOutco
 from ingest.supervisor.sparksession import SparkProvider
 from ingest.supervisor.status import collect_lag
 from ingest.worker import (
-    BackpressureChanged,
     EndPosition,
-    OffsetResetApplied,
     StartPosition,
-    WorkerFailed,
-    WorkerFinished,
     WorkerSettings,
-    WorkerStarted,
 )
 
 __all__ = ["EXIT_CONFIG", "EXIT_FAILED", "EXIT_OK", "Engine", "RunOutcome"]
@@ -110,7 +106,7 @@ class Engine:
         metrics: Metrics | None = None,
     ) -> None:
         self.config = config
-        self.client = config.client_config()
+        self.client = client_config(config)
         self.table = table_config(config)
         self.fetch = fetch_settings(config)
         self.spark = SparkProvider(config.spark, spark, transform=bool(config.table.transform))
@@ -130,7 +126,7 @@ class Engine:
             self.metrics,
             self.states,
             settings_for=self._worker_settings,
-            on_event=self._on_worker_event,
+            on_event=lambda state, message: self.intake.on_event(state, message),
             on_pause=self._request_flush,
             engine_stopping=lambda: self.stopping,
         )
@@ -142,6 +138,14 @@ class Engine:
         self._metrics_server: MetricsServer | None = None
         self.cluster: Cluster | None = None
         self.source = source(self)
+        self.intake = Intake(
+            self.source,
+            self.pool,
+            self.cap,
+            self.metrics,
+            request_flush=self._request_flush,
+            warm_spark=self.spark.warm,
+        )
         self._status: dict[str, Any] = {"mode": self.source.mode, "partitions": []}
 
     # -- public ------------------------------------------------------------------------
@@ -308,118 +312,6 @@ class Engine:
             state.end,
         )
 
-    def _on_worker_event(self, state: PartitionState, message: Any) -> None:
-        partition = state.partition
-        if isinstance(message, SegmentSealed | CorruptRangeReported):
-            self._on_item(state, message)
-        elif isinstance(message, WorkerStarted):
-            state.first_offset = (
-                message.start_offset if state.first_offset is None else state.first_offset
-            )
-            state.end_offset = message.end_offset
-            state.resume_offset = message.start_offset
-            if state.landed_next is None:
-                state.landed_next = message.start_offset
-            event(
-                log,
-                "worker_started",
-                partition=str(partition),
-                pid=message.pid,
-                start_offset=message.start_offset,
-                end_offset=message.end_offset,
-                how=message.how,
-            )
-            self.source.on_worker_started(state, message)
-        elif isinstance(message, WorkerFinished):
-            state.resume_offset = message.next_offset
-            if message.reason == "end":
-                state.change(Change.FINISH)
-                state.finished_next = message.next_offset
-                state.end_offset = message.next_offset  # an end time may come before the bound
-            event(
-                log,
-                "worker_finished",
-                partition=str(partition),
-                reason=message.reason,
-                next_offset=message.next_offset,
-                records=message.records,
-            )
-        elif isinstance(message, WorkerFailed):
-            event(
-                log,
-                "worker_failed",
-                level=logging.ERROR,
-                partition=str(partition),
-                offset=state.resume_offset,
-                error=f"{message.error_type}: {message.message}",
-            )
-            if message.error_type == BrokerFaultError.__name__:
-                # The same broker answers the same way: no restart, and what the worker
-                # sealed but did not land may hold the records it condemns.
-                state.change(Change.FAIL, failure=message.message)
-                self.abandon_pending(state)
-                self.metrics.set(
-                    "ingest_partition_failed",
-                    1,
-                    topic=partition.topic,
-                    partition=partition.partition,
-                )
-        elif isinstance(message, BackpressureChanged):
-            if message.paused:
-                self.batcher.flush = True  # its segments must land before it fetches again
-        elif isinstance(message, OffsetResetApplied):
-            event(
-                log,
-                "offset_reset",
-                level=logging.WARNING,
-                partition=str(partition),
-                old_offset=message.old_offset,
-                new_offset=message.new_offset,
-                policy=message.policy,
-                reason=message.reason,
-            )
-            state.resume_offset = message.new_offset
-
-    def _on_item(self, state: PartitionState, item: Item) -> None:
-        following = item_next_offset(item)
-        if following is not None:
-            state.resume_offset = max(state.resume_offset or 0, following)
-        if isinstance(item, SegmentSealed):
-            if state.start.kind == "timestamp" and not state.records and item.record_count:
-                # The records before the start time were skipped: the range begins here.
-                state.first_offset = item.first_offset
-            labels = {"topic": item.topic, "partition": item.partition}
-            self.metrics.inc("ingest_records_consumed_total", item.record_count, **labels)
-            self.metrics.inc("ingest_bytes_consumed_total", item.bytes, **labels)
-            state.records += item.record_count
-            state.bytes += item.bytes
-        else:
-            event(
-                log,
-                "corrupt_range",
-                level=logging.WARNING,
-                partition=str(state.partition),
-                first_offset=item.first_offset,
-                last_offset=item.last_offset,
-                reason=item.reason,
-            )
-        self._apply_cap(self.cap.sealed(state.partition, item.bytes))
-        if state.abandon:
-            self._release({state.partition: [item]})
-            return
-        if (
-            not self.source.overwrite
-            and not len(state.pending)
-            and already_durable(item, state.durable)
-        ):
-            # Fetched again after a restart or a rebalance: the table has it; no Spark needed.
-            if following is not None:
-                state.landed_next = max(following, state.landed_next or 0)
-            self._release({state.partition: [item]})
-            return
-        state.pending.add(item, time.monotonic())
-        self.spark.warm()
-
     def _request_flush(self) -> None:
         self.batcher.flush = True  # the cap paused every worker: land what is held
 
@@ -429,12 +321,6 @@ class Engine:
 
     def retire(self, state: PartitionState) -> None:
         self.pool.retire(state)
-
-    def _release(self, items: Mapping[Partition, Iterable[Item]]) -> None:
-        self.pool.release(items)
-
-    def _apply_cap(self, decision: CapDecision | None) -> None:
-        self.pool.apply_cap(decision)
 
     def abandon_pending(self, state: PartitionState) -> None:
         self.pool.abandon_pending(state)
@@ -487,7 +373,7 @@ class Engine:
         fault_point("after_delta_commit")
         # The table holds the batch: its segments can go, whatever the offset commit does.
         self.source.after_batch(batch, result)
-        self._release(batch.selection.items)
+        self.pool.release(batch.selection.items)
 
     def _batch_failed(self, batch: BatchThread, error: BaseException, seconds: float) -> None:
         self.metrics.inc("ingest_batches_total", outcome="failed")
@@ -512,7 +398,7 @@ class Engine:
                 abandoned[partition] = items
             else:
                 state.pending.put_back(items, now)
-        self._release(abandoned)
+        self.pool.release(abandoned)
         if jvm_exit is not None:
             # A dead JVM fails every later batch too: say so now instead of retrying.
             raise SinkError(

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ingest.client import ClientConfig
+from ingest.client.config import SaslConfig, TlsConfig
 from ingest.config import IngestConfig
+from ingest.config.sections import TlsSection
 from ingest.group import (
     CooperativeStickyAssignor,
     GroupConfig,
@@ -23,6 +25,7 @@ from ingest.sink.storage import s3_filesystem_options
 from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
 
 __all__ = [
+    "client_config",
     "fetch_settings",
     "group_config",
     "handoff_config",
@@ -30,6 +33,39 @@ __all__ = [
     "table_config",
     "worker_settings",
 ]
+
+
+def client_config(config: IngestConfig) -> ClientConfig:
+    """The broker client's settings: bootstrap, timeouts, TLS and SASL (secrets resolved)."""
+    kafka = config.kafka
+    tls = None
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        section = kafka.tls or TlsSection()
+        tls = TlsConfig(
+            ca_file=section.ca_file,
+            cert_file=section.cert_file,
+            key_file=section.key_file,
+            key_password=config.secrets.get("kafka.tls.key_password_env"),
+            check_hostname=section.check_hostname,
+        )
+    sasl = None
+    if kafka.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        assert kafka.sasl is not None  # checked on load
+        sasl = SaslConfig(
+            mechanism=kafka.sasl.mechanism,
+            username=kafka.sasl.username,
+            password=config.secrets["kafka.sasl.password_env"],
+        )
+    return ClientConfig(
+        bootstrap_servers=tuple(kafka.bootstrap_servers),
+        client_id=kafka.client_id,
+        connect_timeout=float(kafka.connect_timeout),
+        request_timeout=float(kafka.request_timeout),
+        retry_timeout=float(kafka.retry_timeout),
+        tls=tls,
+        sasl=sasl,
+    )
+
 
 _ASSIGNORS: dict[str, type[Assignor]] = {
     "cooperative-sticky": CooperativeStickyAssignor,

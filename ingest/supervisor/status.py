@@ -37,7 +37,7 @@ from ingest.supervisor.offsets import (
     topic_partitions,
     txn_versions,
 )
-from ingest.supervisor.settings import fetch_settings, table_config
+from ingest.supervisor.settings import client_config, fetch_settings, table_config
 from ingest.worker import FetchSettings
 
 __all__ = ["collect_lag", "collect_status", "render_text"]
@@ -82,7 +82,7 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
     """The report as plain data (``--json`` prints it as it is)."""
     group = config.source.group_id
     table = table_config(config)
-    with Cluster(config.client_config()) as cluster:
+    with Cluster(client_config(config)) as cluster:
         try:
             partitions = topic_partitions(cluster, config.source.topics)
         except IngestError as exc:

@@ -27,7 +27,7 @@ from ingest.client import Cluster
 from ingest.config import IngestConfig, load_config
 from ingest.group import Partition
 from ingest.supervisor.offsets import as_offsets, committed_offsets, end_offsets
-from ingest.supervisor.settings import fetch_settings
+from ingest.supervisor.settings import client_config, fetch_settings
 from ingest.testing import ProducedRecord
 from ingest.testing.configs import write_toml
 
@@ -128,12 +128,12 @@ def table_version(uri: str | Path) -> int:
 def group_offsets(
     cfg: IngestConfig, partitions: Iterable[Partition]
 ) -> dict[Partition, int | None]:
-    with Cluster(cfg.client_config()) as cluster:
+    with Cluster(client_config(cfg)) as cluster:
         return as_offsets(committed_offsets(cluster, cfg.source.group_id, partitions))
 
 
 def broker_ends(cfg: IngestConfig, partitions: Iterable[Partition]) -> dict[Partition, int]:
-    with Cluster(cfg.client_config()) as cluster:
+    with Cluster(client_config(cfg)) as cluster:
         return end_offsets(cluster, partitions, fetch_settings(cfg))
 
 
