@@ -117,8 +117,13 @@ def _java() -> str:
 
 
 def _random_cluster_id() -> str:
-    # StorageTool random-uuid prints a UUID as 22 characters of unpadded base64url.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # StorageTool random-uuid prints a UUID as 22 characters of unpadded base64url. Like
+    # Kafka's Uuid.randomUuid, draw again when it starts with "-": StorageTool's argument
+    # parser would take "-t -abc..." for an option (1 draw in 64 failed to format).
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _properties(values: Mapping[str, str]) -> str:
