@@ -4,6 +4,8 @@ Every exception the package raises on purpose derives from ``IngestError``::
 
     IngestError
     ├── ConfigError                  bad or missing configuration (CLI exit code 2)
+    │   └── HandoffTooSmall          the handoff cannot hold one segment per partition
+    │                                (ingest/handoff/space.py)
     ├── ProtocolError                bytes that do not follow the Kafka protocol
     │   ├── DecodeError              a decoder met bytes it cannot parse (offset, field)
     │   ├── EncodeError              a value the chosen version cannot carry
@@ -25,7 +27,10 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │       └── RemoteProtocolError  by the other side: the coordinator's answer or another
     │                                member's bytes
     ├── HandoffError                 a segment could not be written, published, read or
-    │                                released (ingest/handoff/store.py)
+    │   │                            released (ingest/handoff/store.py)
+    │   ├── HandoffFull              ENOSPC: the write was undone; wait for room (store.py)
+    │   └── HandoffSpaceExhausted    full for handoff.full_timeout with nothing of ours left
+    │                                to free (store.py)
     ├── SinkError                    Delta / Spark sink failures
     │   └── StaleBatchError          a concurrent writer covered offsets of the batch: redo it
     │                                from its segments (ingest/sink/delta.py)

@@ -89,6 +89,8 @@ class HandoffSection:
     segment_max_bytes: Size = Size(64 * 1024**2)
     segment_max_age: Duration = Duration(5)
     max_buffered_bytes: Size = Size(1024**3)
+    # How long a full handoff filesystem may stay full before the run fails.
+    full_timeout: Duration = Duration(300)
 
 
 @dataclass(frozen=True)

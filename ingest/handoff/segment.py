@@ -6,6 +6,13 @@ seal and sealed when it passes the size or age bound of ``HandoffConfig`` (the
 caller asks ``due()``), when the worker stops, or before an offset reset. The
 writer tracks the span of offsets it has accounted for, so every
 ``SegmentSealed`` says which offsets it covers (see ``messages.py``).
+
+A full filesystem (ENOSPC) is not a broken segment. On a local filesystem the
+failed write is cut off (the file is truncated to where the batch began) and the
+records before it are published as a segment without the stream's end marker,
+which readers treat as the end; the writer then raises ``HandoffFull`` and holds
+the published segment in ``salvaged`` for the caller to report. The batch that did
+not fit is the caller's to append again once there is room.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from ingest.handoff.store import (
     CORRUPT_PREFIX,
     TMP_SUFFIX,
     HandoffError,
+    HandoffFull,
     HandoffLocation,
+    is_full,
 )
 from ingest.protocol.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
 
@@ -84,6 +93,10 @@ class SegmentWriter:
             self._fs.create_dir(self._directory, recursive=True)
         self._options = ipc.IpcWriteOptions(compression=self.config.ipc_compression)
         self._open: _OpenSegment | None = None
+        # The size bound, which a space plan may lower while the writer lives.
+        self.segment_max_bytes = self.config.segment_max_bytes
+        # What a full filesystem left publishable (see the module docstring).
+        self.salvaged: SegmentSealed | None = None
         # The first offset not yet accounted for by a sealed segment.
         self.covered_until = start_offset
         self.sealed = 0
@@ -93,6 +106,11 @@ class SegmentWriter:
         return f"SegmentWriter({self.topic}/{self.partition}, {state})"
 
     # -- state --------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        """Where this partition's segments go."""
+        return self._directory
 
     @property
     def is_open(self) -> bool:
@@ -113,14 +131,14 @@ class SegmentWriter:
         segment = self._open
         if segment is None:
             return False
-        if segment.sink.tell() >= self.config.segment_max_bytes:
+        if segment.sink.tell() >= self.segment_max_bytes:
             return True
         now = self._clock() if now is None else now
         return now - segment.opened_at >= self.config.segment_max_age
 
     def room(self) -> int:
         """Bytes the open (or next) segment may still take before its size bound."""
-        return max(0, self.config.segment_max_bytes - self.open_bytes)
+        return max(0, self.segment_max_bytes - self.open_bytes)
 
     def seconds_until_due(self, now: float | None = None) -> float | None:
         """Seconds until the age bound seals the open segment; None when none is open."""
@@ -145,9 +163,14 @@ class SegmentWriter:
                 f"{self.topic}/{self.partition}: offset {first} appended after "
                 f"{max(segment.last_offset, segment.from_offset - 1)}"
             )
+        written = segment.sink.tell()
         try:
             segment.writer.write_batch(batch)
         except OSError as exc:
+            if self._fs is None and is_full(exc):
+                self._open = None
+                self.salvaged = self._salvage(segment, written, first)
+                raise HandoffFull(f"writing segment {segment.segment_id}: {exc}") from exc
             raise HandoffError(f"writing segment {segment.segment_id}: {exc}") from exc
         if segment.records == 0:
             segment.first_offset = first
@@ -169,8 +192,18 @@ class SegmentWriter:
                 # An object-store upload is invisible until complete: no rename needed.
                 write_path = final_path
                 sink = self._fs.open_output_stream(final_path)
-            writer = ipc.new_stream(sink, batch.schema, options=self._options)
+            try:
+                writer = ipc.new_stream(sink, batch.schema, options=self._options)
+            except OSError:
+                if self._fs is None:  # the schema did not fit: leave no partial file
+                    with contextlib.suppress(OSError):
+                        sink.close()
+                    with contextlib.suppress(OSError):
+                        os.unlink(write_path)
+                raise
         except OSError as exc:
+            if self._fs is None and is_full(exc):
+                raise HandoffFull(f"cannot open segment {segment_id}: {exc}") from exc
             raise HandoffError(f"cannot open segment {segment_id}: {exc}") from exc
         self._open = _OpenSegment(
             segment_id,
@@ -197,14 +230,60 @@ class SegmentWriter:
             )
         self._open = None
         try:
-            segment.writer.close()
-            size = segment.sink.tell()
-            segment.sink.close()
+            size = self._close_stream(segment)
             if segment.write_path != segment.final_path:
                 os.rename(segment.write_path, segment.final_path)
         except OSError as exc:
             self._discard(segment)
             raise HandoffError(f"cannot seal segment {segment.segment_id}: {exc}") from exc
+        return self._published(segment, size, next_offset)
+
+    def _close_stream(self, segment: _OpenSegment) -> int:
+        """Ends the IPC stream and closes the file; returns its size. With no room for
+        the end marker, the stream ends where its last batch does."""
+        before = int(segment.sink.tell())
+        try:
+            segment.writer.close()
+        except OSError as exc:
+            if not (self._fs is None and is_full(exc)):
+                raise
+            os.truncate(segment.write_path, before)
+            segment.sink.close()
+            return before
+        size = int(segment.sink.tell())
+        segment.sink.close()
+        return size
+
+    def _salvage(self, segment: _OpenSegment, size: int, next_offset: int) -> SegmentSealed | None:
+        """After ENOSPC: cuts the failed write off and publishes the records before it
+        (None when there were none: the file is removed)."""
+        if segment.records == 0:
+            self._discard(segment)
+            return None
+        try:
+            os.truncate(segment.write_path, size)
+            with contextlib.suppress(OSError):
+                segment.sink.close()
+            os.rename(segment.write_path, segment.final_path)
+        except OSError as exc:
+            self._discard(segment)
+            raise HandoffError(f"cannot salvage segment {segment.segment_id}: {exc}") from exc
+        log.warning(
+            "%s/%d: handoff full: segment %s published at %d bytes, before offset %d",
+            self.topic,
+            self.partition,
+            segment.segment_id,
+            size,
+            next_offset,
+        )
+        return self._published(segment, size, next_offset)
+
+    def take_salvaged(self) -> SegmentSealed | None:
+        """The segment a ``HandoffFull`` published, once."""
+        salvaged, self.salvaged = self.salvaged, None
+        return salvaged
+
+    def _published(self, segment: _OpenSegment, size: int, next_offset: int) -> SegmentSealed:
         self.covered_until = next_offset
         self.sealed += 1
         return SegmentSealed(
@@ -258,9 +337,9 @@ class SegmentWriter:
         name = f"{CORRUPT_PREFIX}{first_offset:020d}-{uuid.uuid4().hex[:8]}"
         corrupt_id = f"{self.topic}/{self.partition}/{name}"
         path = self.location.path_of(corrupt_id)
+        tmp = f"{self._directory}/.{name}{TMP_SUFFIX}"
         try:
             if self._fs is None:
-                tmp = f"{self._directory}/.{name}{TMP_SUFFIX}"
                 with open(tmp, "wb") as out:
                     out.write(raw)
                 os.rename(tmp, path)
@@ -268,6 +347,10 @@ class SegmentWriter:
                 with self._fs.open_output_stream(path) as stream:
                     stream.write(raw)
         except OSError as exc:
+            if self._fs is None and is_full(exc):
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise HandoffFull(f"cannot write corrupt range {corrupt_id}: {exc}") from exc
             raise HandoffError(f"cannot write corrupt range {corrupt_id}: {exc}") from exc
         return CorruptRangeReported(
             corrupt_id=corrupt_id,

@@ -61,7 +61,9 @@ __all__ = [
     "SEGMENT_SUFFIX",
     "HandoffConfig",
     "HandoffError",
+    "HandoffFull",
     "HandoffLocation",
+    "HandoffSpaceExhausted",
     "HandoffStore",
     "read_segment",
 ]
@@ -88,6 +90,21 @@ class HandoffError(IngestError):
     """A segment could not be written, published, read or released."""
 
 
+class HandoffFull(HandoffError):
+    """The handoff's filesystem is full (ENOSPC or a quota): the write was undone, and
+    what was written before it is published. A reason to wait, not to fail."""
+
+
+class HandoffSpaceExhausted(HandoffError):
+    """The handoff stayed full for ``handoff.full_timeout`` although everything this
+    run held was landed and released: another writer holds the space."""
+
+
+def is_full(exc: OSError) -> bool:
+    """Whether an OSError says the filesystem is out of space."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 @dataclass(frozen=True, kw_only=True)
 class HandoffConfig:
     """How segments are handed from workers to the supervisor.
@@ -106,6 +123,8 @@ class HandoffConfig:
     segment_max_bytes: int = 64 * 1024 * 1024
     segment_max_age: float = 5.0
     ipc_compression: IpcCompression | None = None
+    # How long a worker waits for a full handoff to free space before the run fails.
+    full_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("shm", "files"):
@@ -118,6 +137,8 @@ class HandoffConfig:
             raise ConfigError("must be a positive int", key="handoff.segment_max_bytes")
         if not isinstance(self.segment_max_age, int | float) or self.segment_max_age <= 0:
             raise ConfigError("must be a positive number of seconds", key="handoff.segment_max_age")
+        if not isinstance(self.full_timeout, int | float) or self.full_timeout <= 0:
+            raise ConfigError("must be a positive number of seconds", key="handoff.full_timeout")
         if self.ipc_compression not in (None, "lz4", "zstd"):
             raise ConfigError("must be lz4, zstd or none", key="handoff.ipc_compression")
         object.__setattr__(self, "storage_options", dict(self.storage_options))

@@ -60,6 +60,17 @@ class GlobalBufferCap:
         self._held.pop(worker, None)
         return self._decide()
 
+    def resize(self, max_bytes: int, resume_bytes: int) -> CapDecision | None:
+        """New bounds (the handoff's space plan changed); pauses or resumes at once if the
+        bytes held now call for it."""
+        if not 0 <= resume_bytes < max_bytes:
+            raise ConfigError(
+                f"expected 0 <= resume_bytes ({resume_bytes}) < max_bytes ({max_bytes})",
+                key="backpressure",
+            )
+        self.max_bytes, self.resume_bytes = max_bytes, resume_bytes
+        return self._decide()
+
     def _decide(self) -> CapDecision | None:
         held = self.held_bytes
         if not self._paused and held >= self.max_bytes:

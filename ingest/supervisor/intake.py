@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from ingest.errors import BrokerFaultError
 from ingest.handoff import CorruptRangeReported, SegmentSealed
+from ingest.handoff.store import HandoffSpaceExhausted
 from ingest.logs import event
 from ingest.supervisor.backpressure import GlobalBufferCap
 from ingest.supervisor.batches import Item, item_next_offset
@@ -66,6 +67,14 @@ class Intake:
         elif isinstance(message, WorkerFailed):
             self._failed(state, message)
         elif isinstance(message, BackpressureChanged):
+            if message.reason == "handoff_full":
+                event(
+                    log,
+                    "handoff_full" if message.paused else "handoff_room",
+                    level=logging.WARNING if message.paused else logging.INFO,
+                    partition=str(state.partition),
+                    unacked_bytes=message.unacked_bytes,
+                )
             if message.paused:
                 self._request_flush()  # its segments must land before it fetches again
         elif isinstance(message, OffsetResetApplied):
@@ -124,6 +133,9 @@ class Intake:
             offset=state.resume_offset,
             error=f"{message.error_type}: {message.message}",
         )
+        if message.error_type == HandoffSpaceExhausted.__name__:
+            # Every worker would meet the same full filesystem: no restart loop.
+            raise HandoffSpaceExhausted(message.message)
         if message.error_type == BrokerFaultError.__name__:
             # The same broker answers the same way: no restart, and what the worker
             # sealed but did not land may hold the records it condemns.

@@ -72,9 +72,11 @@ from ingest.supervisor.settings import (
     fetch_settings,
     handoff_config,
     table_config,
+    wanted_space,
     worker_settings,
 )
 from ingest.supervisor.source import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, RunOutcome, Source
+from ingest.supervisor.space import HandoffSpace
 from ingest.supervisor.sparksession import SparkProvider
 from ingest.supervisor.status import collect_lag
 from ingest.worker import (
@@ -112,9 +114,10 @@ class Engine:
         self.spark = SparkProvider(config.spark, spark, transform=bool(config.table.transform))
         self.metrics = metrics or Metrics()
         self.states: dict[Partition, PartitionState] = {}
-        buffered = int(config.handoff.max_buffered_bytes)
-        self.cap = GlobalBufferCap(max(buffered, 2), max(buffered, 2) // 2)
+        wanted = wanted_space(config)
+        self.cap = GlobalBufferCap(wanted.max_buffered_bytes, wanted.max_buffered_bytes // 2)
         self.store = HandoffStore(handoff_config(config))
+        self.space = HandoffSpace(wanted, self.store, self.cap)
         self.batcher = Batcher(config.trigger, self.table, self.spark, self.store, self.cap)
         self.rows_written = 0
         self.last_table_version: int | None = None
@@ -205,6 +208,7 @@ class Engine:
 
     def _open(self) -> None:
         self.store.open()
+        self.space.measure()  # refuses a handoff too small for even one partition
         prestart_workers()  # imports in the background while we join or list offsets
         listen = self.config.metrics.listen
         if listen:
@@ -310,6 +314,7 @@ class Engine:
             state.partition,
             start,
             state.end,
+            self.space.plan,
         )
 
     def _request_flush(self) -> None:
@@ -317,10 +322,20 @@ class Engine:
 
     # The pool's verbs, as the modes use them.
     def spawn(self, state: PartitionState) -> None:
+        self._fit_space(extra=state)
         self.pool.spawn(state)
 
     def retire(self, state: PartitionState) -> None:
         self.pool.retire(state)
+        self._fit_space()
+
+    def _fit_space(self, extra: PartitionState | None = None) -> None:
+        """Plans the handoff for the partitions with a worker (and ``extra``, about to get
+        one); raises HandoffTooSmall when they cannot all have a segment."""
+        held = [s for s in self.states.values() if s.handle is not None]
+        count = len(held) + (1 if extra is not None and extra.handle is None else 0)
+        _, decision = self.space.fit(count, (s.handle for s in held if s.handle is not None))
+        self.pool.apply_cap(decision)
 
     def abandon_pending(self, state: PartitionState) -> None:
         self.pool.abandon_pending(state)

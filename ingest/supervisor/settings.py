@@ -20,6 +20,7 @@ from ingest.group import (
 )
 from ingest.group.assignors import Assignor
 from ingest.handoff import HandoffConfig, HandoffLocation
+from ingest.handoff.space import SpacePlan, Wanted
 from ingest.sink.config import TableConfig
 from ingest.sink.storage import s3_filesystem_options
 from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
@@ -31,6 +32,7 @@ __all__ = [
     "handoff_config",
     "s3_options",
     "table_config",
+    "wanted_space",
     "worker_settings",
 ]
 
@@ -74,6 +76,16 @@ _ASSIGNORS: dict[str, type[Assignor]] = {
 }
 
 
+def wanted_space(config: IngestConfig) -> Wanted:
+    """The configured handoff sizes, which the space plan may only lower."""
+    return Wanted(
+        segment_max_bytes=int(config.handoff.segment_max_bytes),
+        max_buffered_bytes=max(2, int(config.handoff.max_buffered_bytes)),
+        max_unacked_bytes=int(config.worker.max_unacked_bytes),
+        resume_unacked_bytes=int(config.worker.resume_unacked_bytes),
+    )
+
+
 def handoff_config(config: IngestConfig) -> HandoffConfig:
     section = config.handoff
     options: dict[str, Any] = {}
@@ -85,6 +97,7 @@ def handoff_config(config: IngestConfig) -> HandoffConfig:
         storage_options=options,
         segment_max_bytes=int(section.segment_max_bytes),
         segment_max_age=float(section.segment_max_age),
+        full_timeout=float(section.full_timeout),
     )
 
 
@@ -144,8 +157,10 @@ def worker_settings(
     partition: Partition,
     start: StartPosition,
     end: EndPosition | None,
+    plan: SpacePlan | None = None,
 ) -> WorkerSettings:
-    """One partition's worker: where it starts and ends, and where its segments go."""
+    """One partition's worker: where it starts and ends, where its segments go, and the
+    sizes the handoff's space ``plan`` allows (the configured ones without a plan)."""
     return WorkerSettings(
         client=client,
         topic=partition.topic,
@@ -154,8 +169,13 @@ def worker_settings(
         start=start,
         end=end,
         fetch=fetch,
-        max_unacked_bytes=int(config.worker.max_unacked_bytes),
-        resume_unacked_bytes=int(config.worker.resume_unacked_bytes),
+        max_unacked_bytes=(
+            plan.max_unacked_bytes if plan else int(config.worker.max_unacked_bytes)
+        ),
+        resume_unacked_bytes=(
+            plan.resume_unacked_bytes if plan else int(config.worker.resume_unacked_bytes)
+        ),
+        segment_max_bytes=plan.segment_max_bytes if plan else None,
         log_level=config.logging.level.upper(),
         log_format=config.logging.format,
     )

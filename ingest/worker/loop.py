@@ -10,6 +10,14 @@ worker seals its open segment (so the parent can release it) and stops
 fetching; releases bringing the total down to ``resume_unacked_bytes`` let it
 fetch again. It never prefetches a Fetch that would start above the cap, so
 the cap is exceeded by at most one Fetch answer.
+
+A full handoff (``HandoffFull``: ENOSPC) is backpressure too. What the writer
+published before the failed write is reported; the records that did not fit are
+*held* in memory, in order with any corrupt ranges after them, and nothing is
+fetched until they are written. The worker tells the parent (``BackpressureChanged``
+with reason ``handoff_full``), which lands and releases what it holds; the worker
+retries every ``_FULL_RETRY`` seconds and on every release. If the handoff stays full
+for ``handoff.full_timeout``, the worker fails with ``HandoffSpaceExhausted``.
 """
 
 from __future__ import annotations
@@ -20,18 +28,21 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import pyarrow as pa
 
 from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
 from ingest.handoff.segment import SegmentWriter
+from ingest.handoff.space import free_bytes
+from ingest.handoff.store import HandoffFull, HandoffSpaceExhausted
 from ingest.protocol.records import OFFSET_COLUMN, int64_values
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.messages import (
     BackpressureChanged,
     Control,
     Event,
+    Limits,
     OffsetResetApplied,
     Pause,
     Release,
@@ -41,7 +52,7 @@ from ingest.worker.messages import (
     WorkerFinished,
     WorkerStarted,
 )
-from ingest.worker.results import FetchResult, UnreadableCorruption
+from ingest.worker.results import CorruptRange, FetchResult, UnreadableCorruption
 
 __all__ = ["ControlInbox", "PartitionWorker"]
 
@@ -49,6 +60,11 @@ log = logging.getLogger("ingest.worker")
 
 # Longest sleep while paused with no segment open; controls wake it earlier.
 _IDLE_WAIT = 1.0
+# How often a worker holding records tries a full handoff again (a release wakes it).
+_FULL_RETRY = 0.5
+
+# What a full handoff could not take yet: records, then the corrupt ranges after them.
+_Held: TypeAlias = "pa.RecordBatch | CorruptRange"
 
 
 class ControlInbox:
@@ -110,6 +126,8 @@ class PartitionWorker:
         self.paused_by_parent = False
         self.backpressure = False
         self._stop_after_seal = False
+        self._held: deque[_Held] = deque()
+        self._full_since: float | None = None
         self.records = 0
         self.segments = 0
 
@@ -170,7 +188,11 @@ class PartitionWorker:
                 return self._finished("stop_now", self.writer.covered_until)
             if self._stop_after_seal:
                 self._seal()
-                return self._finished("stopped", self._position())
+                return self._finished("stopped", self._next_unwritten())
+            if self._held:
+                if not self._write_held():
+                    self.inbox.wait(_FULL_RETRY)
+                continue
             if self.writer.due():
                 self._seal()
             if self.fetcher.finished:
@@ -208,19 +230,10 @@ class PartitionWorker:
                     reason=reset.reason,
                 )
             )
-        if result.batch is not None:
-            self._append(result.batch)
-        for bad in result.corrupt:
-            self._track(
-                self.writer.write_corrupt(
-                    first_offset=bad.first_offset,
-                    last_offset=bad.last_offset,
-                    raw=bad.raw,
-                    reason=bad.reason,
-                    kind=bad.kind,
-                )
-            )
-        if self.writer.due():
+        work: list[_Held] = [] if result.batch is None else [result.batch]
+        work += result.corrupt
+        self._write(work)
+        if not self._held and self.writer.due():
             self._seal()
 
     def _position(self) -> int:
@@ -228,29 +241,130 @@ class PartitionWorker:
         assert position is not None
         return position
 
+    def _next_unwritten(self) -> int:
+        """The first offset not in a segment: the fetch position, or the first held one
+        (a segment sealed while records are held ends there, not at the position)."""
+        if not self._held:
+            return self._position()
+        first = self._held[0]
+        return first.first_offset if isinstance(first, CorruptRange) else _first_offset(first)
+
+    # -- writing, and a full handoff ------------------------------------------------------
+
+    def _write(self, work: list[_Held]) -> None:
+        """Writes records and corrupt ranges in order; what a full handoff refuses is held."""
+        for index, item in enumerate(work):
+            try:
+                if isinstance(item, CorruptRange):
+                    self._track(
+                        self.writer.write_corrupt(
+                            first_offset=item.first_offset,
+                            last_offset=item.last_offset,
+                            raw=item.raw,
+                            reason=item.reason,
+                            kind=item.kind,
+                        )
+                    )
+                else:
+                    self._append(item)
+            except _Refused as refused:
+                self._hold([refused.rest, *work[index + 1 :]], refused.cause)
+                return
+            except HandoffFull as exc:  # a corrupt range's side file
+                self._hold(work[index:], exc)
+                return
+
     def _append(self, batch: pa.RecordBatch) -> None:
         """Appends, sealing at the size bound inside the batch: a compressed Fetch answer
-        can decode to many times the bound."""
-        self.records += batch.num_rows
+        can decode to many times the bound. Raises ``_Refused`` with the records not
+        written when the handoff is full."""
         while batch.num_rows:
             size = batch.nbytes
             room = self.writer.room()
-            if size <= room:
-                self.writer.append(batch)
-                return
-            rows = batch.num_rows * room // size
-            if rows == 0:
-                if self.writer.is_open:
-                    self._seal(next_offset=_first_offset(batch))
-                    continue
-                rows = 1  # one record above the bound: a segment of its own
-            head, batch = batch.slice(0, rows), batch.slice(rows)
-            self.writer.append(head)
+            spare = self._spare_room()
+            if size <= min(room, spare):
+                head, rest = batch, batch.slice(batch.num_rows)
+            else:
+                rows = batch.num_rows * min(room, spare) // size
+                if rows == 0:
+                    if self.writer.is_open:
+                        self._seal(next_offset=_first_offset(batch))
+                        continue
+                    if spare < room:  # the filesystem, not the bound: wait for room
+                        raise _Refused(batch, HandoffFull(f"{spare} bytes to spare"))
+                    rows = 1  # one record above the bound: a segment of its own
+                head, rest = batch.slice(0, rows), batch.slice(rows)
+            try:
+                self.writer.append(head)
+            except HandoffFull as exc:
+                salvaged = self.writer.take_salvaged()
+                if salvaged is not None:
+                    self.segments += 1
+                    self._track(salvaged)
+                raise _Refused(batch, exc) from exc
+            self.records += head.num_rows
+            batch = rest
             if batch.num_rows:
                 self._seal(next_offset=_first_offset(batch))
 
+    def _spare_room(self) -> int:
+        """While a full handoff holds records back: half the free space (other workers
+        share it), so a write that fits is not refused for want of a whole segment. Else
+        no limit."""
+        if self._full_since is None:
+            return 2**62
+        free = free_bytes(self.writer.directory)
+        return 2**62 if free is None else free // 2
+
+    def _hold(self, work: list[_Held], cause: HandoffFull) -> None:
+        self._held.extend(work)
+        if self._full_since is None:
+            self._full_since = self._clock()
+            free = free_bytes(self.writer.directory)
+            log.warning(
+                "%s/%d: handoff full (%s, %s bytes free): holding from offset %d, "
+                "fetching paused until it has room",
+                self.topic,
+                self.partition,
+                cause,
+                "?" if free is None else free,
+                self.writer.covered_until,
+            )
+            self.emit(BackpressureChanged(self.partition, True, self.unacked_bytes, "handoff_full"))
+
+    def _write_held(self) -> bool:
+        """Tries the held work again; True once all of it is written."""
+        work = list(self._held)
+        self._held.clear()
+        self._write(work)
+        if self._held:
+            assert self._full_since is not None
+            waited = self._clock() - self._full_since
+            timeout = self.writer.config.full_timeout
+            if waited >= timeout:
+                free = free_bytes(self.writer.directory)
+                raise HandoffSpaceExhausted(
+                    f"{self.topic}/{self.partition}: the handoff at "
+                    f"{self.writer.location.config.resolved_root} stayed full for "
+                    f"{waited:.0f}s (handoff.full_timeout = {timeout:g}s; "
+                    f"{'?' if free is None else free} bytes free, {self.unacked_bytes} held "
+                    "by this worker): another writer holds the space. Free it, or give the "
+                    "handoff a filesystem of its own"
+                )
+            return False
+        assert self._full_since is not None
+        log.info(
+            "%s/%d: handoff has room again after %.1fs: fetching again",
+            self.topic,
+            self.partition,
+            self._clock() - self._full_since,
+        )
+        self._full_since = None
+        self.emit(BackpressureChanged(self.partition, False, self.unacked_bytes, "handoff_full"))
+        return True
+
     def _seal(self, next_offset: int | None = None) -> None:
-        sealed = self.writer.seal(self._position() if next_offset is None else next_offset)
+        sealed = self.writer.seal(self._next_unwritten() if next_offset is None else next_offset)
         if sealed is not None:
             self.segments += 1
             self._track(sealed)
@@ -297,6 +411,10 @@ class PartitionWorker:
             elif isinstance(control, Release):
                 for item_id in control.item_ids:
                     self._unacked_sealed -= self._unacked.pop(item_id, 0)
+            elif isinstance(control, Limits):
+                self.writer.segment_max_bytes = control.segment_max_bytes
+                self.max_unacked_bytes = control.max_unacked_bytes
+                self.resume_unacked_bytes = control.resume_unacked_bytes
             elif isinstance(control, StopNow):
                 pass  # inbox.stop_now is already set
 
@@ -316,6 +434,15 @@ class PartitionWorker:
             self.backpressure = False
             log.info("%s/%d: %d unreleased bytes: fetching again", self.topic, self.partition, used)
             self.emit(BackpressureChanged(self.partition, False, used))
+
+
+class _Refused(Exception):
+    """Control flow of ``_append``: the handoff is full; ``rest`` was not written."""
+
+    def __init__(self, rest: pa.RecordBatch, cause: HandoffFull) -> None:
+        super().__init__(str(cause))
+        self.rest = rest
+        self.cause = cause
 
 
 def _first_offset(batch: pa.RecordBatch) -> int:

@@ -16,6 +16,7 @@ __all__ = [
     "Control",
     "CorruptRangeReported",
     "Event",
+    "Limits",
     "OffsetResetApplied",
     "Pause",
     "Release",
@@ -59,7 +60,16 @@ class Release:
     item_ids: tuple[str, ...]
 
 
-Control = Pause | Resume | StopAfterSeal | StopNow | Release
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """New sizes from the handoff's space plan (the partitions assigned changed)."""
+
+    segment_max_bytes: int
+    max_unacked_bytes: int
+    resume_unacked_bytes: int
+
+
+Control = Pause | Resume | StopAfterSeal | StopNow | Release | Limits
 
 # -- worker to parent ------------------------------------------------------------------
 
@@ -88,11 +98,13 @@ class OffsetResetApplied:
 
 @dataclass(frozen=True, slots=True)
 class BackpressureChanged:
-    """The worker stopped (``paused``) or resumed fetching because of unreleased bytes."""
+    """The worker stopped (``paused``) or resumed fetching: because of its unreleased
+    bytes (``unacked``), or because the handoff's filesystem is full (``handoff_full``)."""
 
     partition: int
     paused: bool
     unacked_bytes: int
+    reason: Literal["unacked", "handoff_full"] = "unacked"
 
 
 @dataclass(frozen=True, slots=True)

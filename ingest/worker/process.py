@@ -160,6 +160,8 @@ def worker_main(
                 sleep=child.inbox.wait,  # a backoff wait ends early for a control
             )
             writer = SegmentWriter(settings.handoff, settings.topic, settings.partition)
+            if settings.segment_max_bytes is not None:
+                writer.segment_max_bytes = settings.segment_max_bytes
             child.writer = writer
             worker = PartitionWorker(
                 fetcher,

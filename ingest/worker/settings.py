@@ -157,6 +157,8 @@ class WorkerSettings:
     fetch: FetchSettings = field(default_factory=FetchSettings)
     max_unacked_bytes: int = 256 * 1024 * 1024
     resume_unacked_bytes: int = 128 * 1024 * 1024
+    # The handoff's space plan may seal segments below handoff.segment_max_bytes.
+    segment_max_bytes: int | None = None
     # Freed decode output the records kernel keeps for reuse (None: its default, 64 MiB);
     # part of a worker's resident memory, traded against page faults.
     decode_buffer_cache_bytes: int | None = None
