@@ -88,14 +88,23 @@ class Outcome:
     reruns: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # What makes the run fail although the table may be exact: the fault did not fire,
+    # a process outlived a kill, a rerun failed, the error was not the clear one.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
         return self.verdict is not None and self.verdict.exact
 
+    @property
+    def passed(self) -> bool:
+        return self.exact and not self.problems
+
     def line(self) -> str:
         verdict = "no verdict" if self.verdict is None else self.verdict.describe()
         notes = f" [{'; '.join(self.notes)}]" if self.notes else ""
+        if self.problems:
+            notes += f" PROBLEMS: [{'; '.join(self.problems)}]"
         return (
             f"{self.case} seed={self.seed}: {'exact' if self.exact else 'NOT EXACT'} | "
             f"fault: {self.fault} | exit codes {self.exit_codes}, reruns {self.reruns}, "
@@ -316,7 +325,7 @@ def recover(env: ChaosEnv, setup: Setup, outcome: Outcome) -> None:
         outcome.exit_codes.append(result.exit_code)
         if result.exit_code == 0:
             break
-        outcome.notes.append(f"rerun failed: {result.message[:200]}")
+        outcome.problems.append(f"rerun failed: {result.message[:200]}")
     outcome.verdict = check(setup, complete=True)
 
 
@@ -428,9 +437,12 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
     if pick == "supervisor":
         left = orphans([p.pid for p in chosen])
         if left:
-            outcome.notes.append(f"processes outlived the kill: {left}")
+            outcome.problems.append(f"processes outlived the kill: {left}")
     if pick == "worker":
-        outcome.notes.append(f"worker_crashed logged {run.count('worker_crashed')}x")
+        crashed = run.count("worker_crashed")
+        outcome.notes.append(f"worker_crashed logged {crashed}x")
+        if not crashed:
+            outcome.problems.append("the killed worker's crash was never seen")
     settle(env, setup, outcome)
     outcome.seconds = time.monotonic() - started
     return outcome
@@ -473,10 +485,10 @@ def kill_between_commits(env: ChaosEnv, seed: int) -> Outcome:
     finally:
         run.kill()
     if outcome.exit_codes[-1] != -signal.SIGKILL:
-        outcome.notes.append("the fault point was not reached (the run had fewer batches)")
+        outcome.problems.append("the fault point was not reached (the run had fewer batches)")
     left = orphans([p.pid for p in tree if p.pid != run.pid])
     if left:
-        outcome.notes.append(f"processes outlived the supervisor: {left}")
+        outcome.problems.append(f"processes outlived the supervisor: {left}")
     recover(env, setup, outcome)
     outcome.seconds = time.monotonic() - started
     return outcome
@@ -489,7 +501,9 @@ def _continuous_until_landed(
     deadline = time.monotonic() + timeout
     while row_count(setup.table) < setup.produced and run.process.poll() is None:
         if time.monotonic() > deadline:
-            outcome.notes.append(f"the table held {row_count(setup.table)} of {setup.produced}")
+            outcome.problems.append(
+                f"the table held {row_count(setup.table)} of {setup.produced} after {timeout:g}s"
+            )
             break
         time.sleep(0.3)
     if run.process.poll() is None:
@@ -729,7 +743,7 @@ def _handoff_case(env: ChaosEnv, name: str, seed: int, kind: str) -> Outcome:
                 for directory in [root, *(p for p in root.rglob("*") if p.is_dir())]:
                     directory.chmod(0o555)
             else:
-                outcome.notes.append("the run ended before the mid-run fault")
+                outcome.problems.append("the run ended before the mid-run fault")
         outcome.exit_codes.append(run.wait(240))
     finally:
         run.kill()
@@ -740,7 +754,7 @@ def _handoff_case(env: ChaosEnv, name: str, seed: int, kind: str) -> Outcome:
         # The run had written its last segment before the fault (the first batch waits
         # for a starting Spark session, so a small topic is all fetched by then): no
         # error to show, and exit 0 must mean exact.
-        outcome.notes.append("the run's writes were all done before the fault")
+        outcome.problems.append("the run's writes were all done before the fault: none fired")
         _writable(root)
         outcome.verdict = check(setup, complete=True)
         outcome.seconds = time.monotonic() - started
@@ -748,7 +762,7 @@ def _handoff_case(env: ChaosEnv, name: str, seed: int, kind: str) -> Outcome:
     # Clear: the CLI's own one-line error is the last thing it printed (no traceback).
     clear = bool(message) and text.rstrip().splitlines()[-1].startswith("ingest: ")
     if not clear or outcome.exit_codes[-1] not in (1, 2):
-        outcome.notes.append("UNEXPECTED exit code or no clear error for a broken handoff")
+        outcome.problems.append("UNEXPECTED exit code or no clear error for a broken handoff")
         outcome.verdict = None
         outcome.seconds = time.monotonic() - started
         return outcome
