@@ -28,7 +28,7 @@ def on_tansu(request: pytest.FixtureRequest) -> bool:
 
 
 def tansu_deviates(
-    request: pytest.FixtureRequest, *, reason: str, raises: type[BaseException] = AssertionError
+    request: pytest.FixtureRequest, *, reason: str, raises: type[BaseException]
 ) -> None:
     """Marks this test, when it runs on Tansu, as a strict xfail raising ``raises``."""
     if on_tansu(request):

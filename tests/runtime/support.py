@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig, load_config
@@ -115,10 +116,13 @@ def assert_exact(
 
 
 def row_count(uri: str | Path) -> int:
+    """Rows in the table; 0 while it does not exist yet. Any other failure is raised: a
+    broken table must not read as an empty one."""
     try:
-        return DeltaTable(str(uri)).to_pyarrow_table(columns=["offset"]).num_rows
-    except Exception:
+        table = DeltaTable(str(uri))
+    except TableNotFoundError:
         return 0
+    return table.to_pyarrow_table(columns=["offset"]).num_rows
 
 
 def table_version(uri: str | Path) -> int:
