@@ -2,8 +2,9 @@
 
 ``TlsTerminator`` puts TLS (optionally requiring a client certificate) in
 front of a plain TCP port, the way a load balancer or sidecar would in a real
-deployment. socat comes from Debian's packages; ``ensure_socat`` installs it
-with apt-get when it is missing and returns at once when it is there.
+deployment. socat comes from the system's packages (Debian: ``apt-get install socat``);
+nothing here installs it: ``socat_binary`` raises ``HarnessError`` naming the package when
+it is missing, and the tests that need it skip with that reason.
 Certificates are made with the ``openssl`` command-line tool.
 """
 
@@ -24,26 +25,16 @@ __all__ = [
     "AdvertisedBroker",
     "CertificateAuthority",
     "TlsTerminator",
-    "ensure_socat",
     "make_certificates",
+    "socat_binary",
 ]
 
 
-def ensure_socat() -> str:
-    """The socat binary, installed with apt-get (root) when it is missing."""
+def socat_binary() -> str:
+    """The socat binary; HarnessError when it is not installed."""
     found = shutil.which("socat")
-    if found:
-        return found
-    if os.geteuid() != 0:
-        raise HarnessError("socat is missing and we are not root: apt-get install socat")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    # Package lists in containers are often missing or stale: refresh them first.
-    subprocess.run(["apt-get", "update"], capture_output=True, env=env, timeout=300)
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "socat"]
-    result = subprocess.run(install, capture_output=True, text=True, env=env, timeout=300)
-    found = shutil.which("socat")
-    if result.returncode != 0 or not found:
-        raise HarnessError(f"apt-get install socat failed: {result.stderr[-2000:]}")
+    if not found:
+        raise HarnessError("socat is not installed (Debian: apt-get install socat)")
     return found
 
 
@@ -156,7 +147,7 @@ class TlsTerminator(ProcessServer):
         self.stop_timeout = 3.0
         self.process = ManagedProcess(
             f"socat tls :{self.port} -> :{target_port}",
-            [ensure_socat(), "-d", listen, f"TCP:127.0.0.1:{target_port}"],
+            [socat_binary(), "-d", listen, f"TCP:127.0.0.1:{target_port}"],
             dict(os.environ),
             certificates.directory / f"socat-{self.port}.log",
             cwd=certificates.directory,

@@ -9,6 +9,7 @@ client certificate (mutual TLS). The server certificate names only
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,11 @@ from ingest.testing.tls import (
     CertificateAuthority,
     TlsTerminator,
     make_certificates,
+)
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("socat") is None,
+    reason="socat is not installed (Debian: apt-get install socat): the TLS terminator needs it",
 )
 
 
