@@ -40,6 +40,7 @@ from ingest.protocol.messages import (
     MetadataResponse,
     PartitionData,
 )
+from tests.bounds import REFUSAL_S, TIMEOUT_SLACK_S
 from tests.client.peer import (
     PeerConnection,
     SaslServer,
@@ -128,7 +129,7 @@ def test_a_peer_that_accepts_and_never_answers_gets_a_timeout() -> None:
         with pytest.raises(RequestTimeoutError) as info:
             conn.connect()
         elapsed = time.monotonic() - started
-    assert 0.25 <= elapsed < 2.0
+    assert 0.25 <= elapsed < 0.3 + TIMEOUT_SLACK_S
     message = str(info.value)
     assert f"broker {peer.address} (node 7)" in message and "ApiVersions v3" in message
     assert not conn.connected
@@ -154,7 +155,7 @@ def test_a_silent_tls_peer_hits_the_connect_timeout() -> None:
         started = time.monotonic()
         with pytest.raises(KafkaConnectionError, match="TLS handshake timed out"):
             conn.connect()
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 0.3 + TIMEOUT_SLACK_S
 
 
 def test_reconnect_waits_out_the_backoff() -> None:
@@ -209,7 +210,7 @@ def test_a_bad_frame_is_a_clear_error_and_a_closed_connection(
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-    assert time.monotonic() - started < 1.5, "no hang"
+    assert time.monotonic() - started < REFUSAL_S, "no hang"
     assert peak < 1_000_000, "nothing was allocated for the announced size"
     assert text in str(info.value)
     assert peer.address in str(info.value)
@@ -356,7 +357,6 @@ def test_a_50mb_fetch_response_costs_one_copy(big_fetch_frame: tuple[bytearray, 
     # The records are a view of the one buffer the frame was read into, sized exactly.
     assert isinstance(records.obj, bytearray) and len(records.obj) == frame_size
     assert peak < 1.1 * frame_size
-    assert elapsed < 5.0
 
 
 def test_borrowed_buffers_are_reused_only_when_released(

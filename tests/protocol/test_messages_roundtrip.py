@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from typing import Any
 
 import pytest
@@ -297,7 +296,7 @@ def test_consumer_payload_declarations_match_kafka_json(cls: type[Struct]) -> No
         _check_struct(cls, definition["fields"], version, cls.__name__)
 
 
-def test_fetch_response_with_many_partitions_decodes_quickly() -> None:
+def test_fetch_response_with_many_partitions_decodes_without_copying_records() -> None:
     partitions = tuple(
         PartitionData(partition_index=i, high_watermark=i, records=b"r" * 100) for i in range(100)
     )
@@ -307,12 +306,12 @@ def test_fetch_response_with_many_partitions_decodes_quickly() -> None:
         )
     )
     frame = memoryview(codec.encode_response(response, version=12, correlation_id=1))[4:]
-    started = time.perf_counter()
     _, decoded = codec.decode_response(1, 12, frame)
-    elapsed = time.perf_counter() - started
     assert decoded == response
-    # About 5 ms on a 2-core box; the bound only catches accidental per-byte work.
-    assert elapsed < 0.25, f"1000 partitions took {elapsed * 1000:.0f} ms"
+    # No per-byte work: every partition's records are a view of the frame (invariant 9).
+    views = [p.records for t in decoded.responses for p in t.partitions]
+    assert len(views) == 1000
+    assert all(isinstance(v, memoryview) and v.obj is frame.obj for v in views)
 
 
 def test_decode_errors_name_the_field_path_and_offset() -> None:

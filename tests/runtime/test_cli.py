@@ -21,6 +21,7 @@ from ingest.group import Partition
 from ingest.supervisor.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
+from tests.bounds import SECOND_SIGNAL_S
 from tests.runtime.support import (
     Cli,
     assert_exact,
@@ -209,7 +210,7 @@ def test_a_second_signal_exits_at_once_and_a_restart_lands_everything_once(
     finally:
         cli.kill()
     assert code == 128 + signal.SIGINT, cli.text()[-3000:]
-    assert took < 5, took
+    assert took < SECOND_SIGNAL_S, took
     assert "second signal: exiting at once" in cli.text()
     assert "event=batch_committed" not in cli.text()
     produce_range(broker, topic, 100_000, 1000)

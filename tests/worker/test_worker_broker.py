@@ -32,6 +32,7 @@ from ingest.worker import (
     WorkerFinished,
     WorkerStarted,
 )
+from tests.bounds import STOP_NOW_S
 from tests.worker.support import (
     WatchedHandle,
     assert_same_records,
@@ -47,10 +48,6 @@ from tests.worker.support import (
 pytestmark = pytest.mark.slow
 
 BIG = 1_000_000
-# stop_now's promise is "within a second" (STOP_NOW_GRACE, then os._exit). The tests allow
-# a loaded 2-core CI host twice that: still far from the 30 s long poll or an endless
-# stream a worker that ignored it would wait for.
-STOP_BOUND = 2.0
 MIB = 1024 * 1024
 SEGMENT_BYTES = 16 * MIB
 # The drain: 1M records of one partition in every codec. Each costs ~15 s here
@@ -220,7 +217,7 @@ def test_stop_now_exits_promptly_mid_stream(
             code = handle.stop_now(wait=5.0)
             took = time.monotonic() - began
             events += handle.receive(1.0)
-        assert code == 0 and took < STOP_BOUND, f"exit {code} after {took:.3f}s"
+        assert code == 0 and took < STOP_NOW_S, f"exit {code} after {took:.3f}s"
         segments = sealed(events)
         # What was sealed stays readable; the open segment is gone, nothing partial remains.
         assert store.visible() == sorted(s.segment_id for s in segments)
@@ -243,7 +240,7 @@ def test_stop_now_exits_promptly_while_blocked_in_a_long_fetch(
         began = time.monotonic()
         code = handle.stop_now(wait=5.0)
         took = time.monotonic() - began
-    assert code == 0 and took < STOP_BOUND, f"exit {code} after {took:.3f}s"
+    assert code == 0 and took < STOP_NOW_S, f"exit {code} after {took:.3f}s"
 
 
 def test_a_killed_worker_is_reported_dead_with_its_exit_code(
