@@ -1,7 +1,8 @@
 """Fault points: the few moments of a run only the process itself can hit reliably.
 
 ``fault_point(name)`` is called at ``before_delta_commit`` (the batch's files are
-written, the table commit is next), ``after_delta_commit`` (the batch is durable in
+written, the table commit is next), ``after_overwrite_cut`` (an overwrite's cut files
+are rewritten without the replaced rows, its commit is next), ``after_delta_commit`` (the batch is durable in
 Delta, its offsets are not committed yet) and ``after_offset_commit`` (committed,
 segments not yet released). With ``INGEST_FAULT_POINT=<name>:<n>`` in the
 environment the process SIGKILLs itself on the n-th pass; with
@@ -20,7 +21,12 @@ import time
 __all__ = ["FAULT_POINTS", "FAULT_POINT_ENV", "fault_point", "fault_point_env"]
 
 FAULT_POINT_ENV = "INGEST_FAULT_POINT"
-FAULT_POINTS = ("before_delta_commit", "after_delta_commit", "after_offset_commit")
+FAULT_POINTS = (
+    "before_delta_commit",
+    "after_overwrite_cut",
+    "after_delta_commit",
+    "after_offset_commit",
+)
 
 
 def _parse(spec: str | None) -> tuple[str, int, float | None] | None:

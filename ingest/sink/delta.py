@@ -46,6 +46,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from ingest.errors import SinkError
+from ingest.faults import fault_point
 from ingest.protocol.partition import Partition
 from ingest.sink import rewrite
 from ingest.sink.files import DataFile
@@ -299,6 +300,7 @@ class DeltaTarget:
                     *(f.add_action() for f in rewritten),
                     *(f.add_action() for f in pending),
                 ]
+                fault_point("after_overwrite_cut")
                 in_doubt = True
                 token = self._try_commit(table, actions, wanted, attempt, "replacing")
                 if token is None:
