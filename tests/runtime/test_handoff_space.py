@@ -88,20 +88,25 @@ def _topic(broker: KafkaCluster, per_partition: int) -> str:
     return topic
 
 
+def _config(broker: KafkaCluster, topic: str, tmp_path: Path, handoff: dict[str, Any]) -> Path:
+    """A run config for ``topic`` whose handoff section is ``handoff``."""
+    return write_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=unique_name("g-space"),
+        table=tmp_path / "table",
+        sections={"handoff": handoff},
+    )
+
+
 def test_a_handoff_too_small_for_one_segment_is_refused_at_start(
     broker: KafkaCluster, tmp_path: Path
 ) -> None:
     topic = unique_name("t-space")
     create_topic(broker.bootstrap, topic, partitions=1)
     with small_tmpfs(MIB, base=tmp_path) as root:
-        path = write_config(
-            tmp_path / "run.toml",
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            group=unique_name("g-space"),
-            table=tmp_path / "table",
-            sections={"handoff": {"mode": "shm", "root": str(root)}},
-        )
+        path = _config(broker, topic, tmp_path, {"mode": "shm", "root": str(root)})
         started = time.monotonic()
         cli = Cli(["run", "--until-end", "-c", str(path)], tmp_path / "cli.log")
         code = cli.wait(60)
@@ -126,14 +131,9 @@ def test_default_settings_complete_exact_in_a_small_handoff(
     per_partition = 250_000
     topic = _topic(broker, per_partition)
     with small_tmpfs(size_mib * MIB, base=tmp_path) as root:
-        path = write_config(
-            tmp_path / "run.toml",
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            group=unique_name("g-space"),
-            table=tmp_path / "table",
-            # The handoff's defaults (64 MiB segments, a 1 GiB cap), in a small filesystem.
-            sections={"handoff": {"mode": mode, "root": str(root), "segment_max_age": "5s"}},
+        # The handoff's defaults (64 MiB segments, a 1 GiB cap), in a small filesystem.
+        path = _config(
+            broker, topic, tmp_path, {"mode": mode, "root": str(root), "segment_max_age": "5s"}
         )
         metrics = Metrics()
         started = time.monotonic()
@@ -161,13 +161,8 @@ def test_a_handoff_filled_by_another_process_is_backpressure_not_a_crash(
     per_partition = 100_000
     topic = _topic(broker, per_partition)
     with small_tmpfs(48 * MIB, base=tmp_path) as root:
-        path = write_config(
-            tmp_path / "run.toml",
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            group=unique_name("g-space"),
-            table=tmp_path / "table",
-            sections={"handoff": {"mode": "files", "root": str(root), "full_timeout": "120s"}},
+        path = _config(
+            broker, topic, tmp_path, {"mode": "files", "root": str(root), "full_timeout": "120s"}
         )
         metrics = Metrics()
         engine = group_run(config(path), until_end=True, spark=spark, metrics=metrics)
@@ -200,13 +195,8 @@ def test_a_handoff_that_stays_full_fails_the_run_once_with_the_reason(
 ) -> None:
     topic = _topic(broker, 20_000)
     with small_tmpfs(16 * MIB, base=tmp_path) as root:
-        path = write_config(
-            tmp_path / "run.toml",
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            group=unique_name("g-space"),
-            table=tmp_path / "table",
-            sections={"handoff": {"mode": "files", "root": str(root), "full_timeout": "3s"}},
+        path = _config(
+            broker, topic, tmp_path, {"mode": "files", "root": str(root), "full_timeout": "3s"}
         )
         metrics = Metrics()
         engine = group_run(config(path), until_end=True, spark=spark, metrics=metrics)

@@ -11,9 +11,15 @@ import pyarrow as pa
 import pytest
 
 from ingest.handoff import HandoffConfig, HandoffStore
-from ingest.testing import KafkaCluster, create_topic, produce, read_topic
+from ingest.testing import ConsumedRecord, KafkaCluster, create_topic, produce, read_topic
 from ingest.testing.tmpfs import fill, mount_refusal, small_tmpfs
-from ingest.worker import BackpressureChanged, Event, StartPosition, WorkerFinished
+from ingest.worker import (
+    BackpressureChanged,
+    Event,
+    StartPosition,
+    WorkerFinished,
+    WorkerSettings,
+)
 from ingest.worker.settings import EndPosition
 from tests.worker.support import (
     WatchedHandle,
@@ -40,23 +46,27 @@ def small_store(tmp_path: Path) -> Iterator[HandoffStore]:
         yield store
 
 
-def test_held_records_are_fetched_again_by_a_successor_and_nothing_is_lost(
-    broker: KafkaCluster, topic: str, small_store: HandoffStore
-) -> None:
+def _partition_and_a_full_handoff(
+    broker: KafkaCluster, topic: str, store: HandoffStore
+) -> tuple[list[ConsumedRecord], WorkerSettings]:
+    """A one-partition topic of COUNT records (and librdkafka's reading of it), a handoff
+    another writer has filled but for 1 MiB (about one 512 KiB segment, not the
+    partition), and the settings of a worker for the whole partition."""
     create_topic(broker.bootstrap, topic, partitions=1)
     produce(broker.bootstrap, topic, varied_records(COUNT))
     reference = read_topic(broker.bootstrap, topic)
-    root = Path(small_store.config.resolved_root)
-    filler = root / "another-writer"
-    fill(filler, leave=MIB)  # room for about one 512 KiB segment, not for the partition
-
+    fill(Path(store.config.resolved_root) / "another-writer", leave=MIB)
     settings = worker_settings(
-        broker.bootstrap,
-        small_store,
-        topic,
-        end=EndPosition.latest(),
-        segment_max_bytes=512 * 1024,
+        broker.bootstrap, store, topic, end=EndPosition.latest(), segment_max_bytes=512 * 1024
     )
+    return reference, settings
+
+
+def test_held_records_are_fetched_again_by_a_successor_and_nothing_is_lost(
+    broker: KafkaCluster, topic: str, small_store: HandoffStore
+) -> None:
+    reference, settings = _partition_and_a_full_handoff(broker, topic, small_store)
+    filler = Path(small_store.config.resolved_root) / "another-writer"
     events: list[Event] = []
     with WatchedHandle.spawn(settings, store=small_store) as handle:
         full = handle.wait_for(BackpressureChanged, timeout=60, collect=events)
@@ -94,17 +104,7 @@ def test_held_records_are_fetched_again_by_a_successor_and_nothing_is_lost(
 def test_a_worker_goes_on_when_releases_make_room(
     broker: KafkaCluster, topic: str, small_store: HandoffStore
 ) -> None:
-    create_topic(broker.bootstrap, topic, partitions=1)
-    produce(broker.bootstrap, topic, varied_records(COUNT))
-    reference = read_topic(broker.bootstrap, topic)
-    fill(Path(small_store.config.resolved_root) / "another-writer", leave=MIB)
-    settings = worker_settings(
-        broker.bootstrap,
-        small_store,
-        topic,
-        end=EndPosition.latest(),
-        segment_max_bytes=512 * 1024,
-    )
+    reference, settings = _partition_and_a_full_handoff(broker, topic, small_store)
     kept: list[pa.Table] = []
     changes: list[BackpressureChanged] = []
     with WatchedHandle.spawn(settings, store=small_store) as handle:
