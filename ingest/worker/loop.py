@@ -166,16 +166,7 @@ class PartitionWorker:
         except UnreadableCorruption as exc:
             # Everything before the broken batch is good: publish it, then the report.
             self._seal()
-            bad = exc.corrupt
-            self._track(
-                self.writer.write_corrupt(
-                    first_offset=bad.first_offset,
-                    last_offset=bad.last_offset,
-                    raw=bad.raw,
-                    reason=bad.reason,
-                    kind=bad.kind,
-                )
-            )
+            self._write_corrupt(exc.corrupt)
             raise
         finally:
             self.fetcher.close()
@@ -256,15 +247,7 @@ class PartitionWorker:
         for index, item in enumerate(work):
             try:
                 if isinstance(item, CorruptRange):
-                    self._track(
-                        self.writer.write_corrupt(
-                            first_offset=item.first_offset,
-                            last_offset=item.last_offset,
-                            raw=item.raw,
-                            reason=item.reason,
-                            kind=item.kind,
-                        )
-                    )
+                    self._write_corrupt(item)
                 else:
                     self._append(item)
             except _Refused as refused:
@@ -273,6 +256,18 @@ class PartitionWorker:
             except HandoffFull as exc:  # a corrupt range's side file
                 self._hold(work[index:], exc)
                 return
+
+    def _write_corrupt(self, bad: CorruptRange) -> None:
+        """Publishes a corrupt range's raw bytes as a side file and reports it."""
+        self._track(
+            self.writer.write_corrupt(
+                first_offset=bad.first_offset,
+                last_offset=bad.last_offset,
+                raw=bad.raw,
+                reason=bad.reason,
+                kind=bad.kind,
+            )
+        )
 
     def _append(self, batch: pa.RecordBatch) -> None:
         """Appends, sealing at the size bound inside the batch: a compressed Fetch answer
