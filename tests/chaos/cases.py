@@ -408,12 +408,19 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
         producer = Producer(setup, rng.randint(3, 8))
         if not wait_moment(run, when):
             raise CaseFailed(f"the run ended before the fault moment {when}")
+        if pick == "worker":
+            # A burst larger than a worker's buffer share, then the kill: the victim dies
+            # with records still to fetch, so a restart at a wrong offset leaves a gap
+            # (or re-reads) instead of meeting the log end and going unseen.
+            producer.stop()
+            produce_rounds(setup, _BURST)
         tree = run.tree()
         if pick == "worker":
             victims = [p for p in tree if p.kind == "worker"]
             if not victims:
                 raise CaseFailed("no live worker at the fault moment")
             chosen = [rng.choice(victims)]
+            log_ends = end_offsets(setup)
         elif pick == "jvm":
             # Spark starts in the background on first need: at an early moment its JVM
             # may still be launching (spark-submit), so the kill waits for it to be up.
@@ -443,9 +450,53 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
         outcome.notes.append(f"worker_crashed logged {crashed}x")
         if not crashed:
             outcome.problems.append("the killed worker's crash was never seen")
+        _check_backlog(run, chosen[0].pid, log_ends, outcome)
     settle(env, setup, outcome)
     outcome.seconds = time.monotonic() - started
     return outcome
+
+
+_BURST = 160_000  # 40k records (~4 MB) a partition: four times a worker's 1 MiB share
+_MIN_BACKLOG = 1_000  # records past the restart offset that the kill must leave behind
+
+
+def end_offsets(setup: Setup) -> dict[int, int]:
+    """Each partition's log end offset (high watermark), read by a reference client."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": setup.bootstrap, "group.id": unique_name("hw")})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(setup.topic, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+
+
+def _check_backlog(run: Run, pid: int, log_ends: Mapping[int, int], outcome: Outcome) -> None:
+    """The killed worker's partition (its ``worker_started`` pid) and the offset it was
+    restarted from (``worker_crashed``): the kill must leave a backlog behind that offset,
+    or a restart at a wrong position would meet the log end and go unseen."""
+    text = run.text()
+    started = re.search(rf"event=worker_started partition=\S+-(\d+) pid={pid} ", text)
+    if started is None:
+        outcome.problems.append(f"the killed pid {pid} is not in a worker_started line")
+        return
+    partition = int(started.group(1))
+    crashed = re.search(rf"event=worker_crashed partition=\S+-{partition} offset=(\d+) ", text)
+    if crashed is None:
+        return  # already a problem: the crash was never seen
+    backlog = log_ends[partition] - int(crashed.group(1))
+    outcome.notes.append(
+        f"partition {partition} killed at offset {crashed.group(1)}, log end "
+        f"{log_ends[partition]}: backlog {backlog}"
+    )
+    if backlog < _MIN_BACKLOG:
+        outcome.problems.append(
+            f"the worker was killed with a backlog of {backlog} (< {_MIN_BACKLOG}): a wrong "
+            "restart position would go unseen"
+        )
 
 
 def kill_worker(env: ChaosEnv, seed: int) -> Outcome:
