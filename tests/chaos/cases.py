@@ -677,6 +677,10 @@ def concurrent_writer(env: ChaosEnv, seed: int) -> Outcome:
     outcome.notes.append(f"commit races seen in the logs: {races}")
     if not races:
         outcome.problems.append("no commit race: the two writers never met")
+    if outcome.exit_codes != [0, 0]:
+        outcome.problems.append(
+            f"a writer did not survive the races: exit codes {outcome.exit_codes}"
+        )
     settle(env, setup, outcome, ended_well=outcome.exit_codes == [0, 0])
     outcome.seconds = time.monotonic() - started
     return outcome
@@ -758,6 +762,12 @@ def rival_commits(env: ChaosEnv, seed: int) -> Outcome:
     )
     if rival.errors:
         outcome.notes.append(f"rival errors: {rival.errors[:2]}")
+    if not races:
+        outcome.problems.append("no commit of the run lost a race to the rival")
+    if outcome.exit_codes != [0]:
+        outcome.problems.append(
+            f"the run did not survive the races: exit code {outcome.exit_codes}"
+        )
     settle(env, setup, outcome, ended_well=outcome.exit_codes == [0])
     outcome.seconds = time.monotonic() - started
     return outcome
