@@ -32,8 +32,10 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   └── HandoffSpaceExhausted    full for handoff.full_timeout with nothing of ours left
     │                                to free (store.py)
     ├── SinkError                    Delta / Spark sink failures
-    │   └── StaleBatchError          a concurrent writer covered offsets of the batch: redo it
-    │                                from its segments (ingest/sink/delta.py)
+    │   ├── StaleBatchError          a concurrent writer covered offsets of the batch: redo it
+    │   │                            from its segments (ingest/sink/delta.py)
+    │   └── SparkStartError          the Spark session did not start (its JVM exited or never
+    │                                answered): no later batch can land in this process
     ├── DependencyError              Java or a Maven artifact missing or unresolvable
     └── HarnessError                 the test harness could not start or stop a server
 
@@ -196,6 +198,11 @@ class RemoteProtocolError(GroupProtocolError):
 
 class SinkError(IngestError):
     """Writing to or committing the Delta table failed."""
+
+
+class SparkStartError(SinkError):
+    """The Spark session did not start; the provider keeps the failure, so a retry in the
+    same process would only meet it again."""
 
 
 class DependencyError(IngestError):

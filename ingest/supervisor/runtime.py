@@ -49,6 +49,7 @@ from ingest.errors import (
     ConfigError,
     IngestError,
     SinkError,
+    SparkStartError,
 )
 from ingest.faults import fault_point
 from ingest.group import (
@@ -420,6 +421,12 @@ class Engine:
                 f"the Spark JVM exited (code {jvm_exit}) during batch {batch.number}; "
                 f"nothing of it was committed; rerun to land it ({type(error).__name__}: "
                 f"{error})"
+            ) from error
+        if isinstance(error, SparkStartError):
+            # The provider keeps a failed start: every retry would meet it again.
+            raise SinkError(
+                f"the Spark JVM exited or never answered while the session started, before "
+                f"batch {batch.number}; nothing of it was committed; rerun to land it ({error})"
             ) from error
         if self.batcher.failures >= _BATCH_ATTEMPTS:
             raise SinkError(

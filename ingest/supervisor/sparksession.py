@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.config import SparkSection
-from ingest.errors import SinkError
+from ingest.errors import SinkError, SparkStartError
 from ingest.processes import pid_alive
 from ingest.supervisor.jvmlog import JvmOutputRelay
 
@@ -318,7 +318,9 @@ class SparkProvider:
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:
-            raise SinkError(f"the Spark session did not start: {self._error}") from self._error
+            raise SparkStartError(
+                f"the Spark session did not start: {self._error}"
+            ) from self._error
         assert self._session is not None
         return self._session
 

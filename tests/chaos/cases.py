@@ -436,6 +436,8 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
         kill(chosen)
         outcome.notes.append(f"killed {[p.kind for p in chosen]}")
         producer.stop()
+        if pick == "jvm":
+            produce_rounds(setup, 2_000)  # so that a batch must meet the dead JVM
         _continuous_until_landed(run, setup, outcome)
     finally:
         if producer is not None:
@@ -445,6 +447,8 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
         left = orphans([p.pid for p in chosen])
         if left:
             outcome.problems.append(f"processes outlived the kill: {left}")
+    if pick == "jvm":
+        _check_jvm_death_told(run, outcome)
     if pick == "worker":
         crashed = run.count("worker_crashed")
         outcome.notes.append(f"worker_crashed logged {crashed}x")
@@ -496,6 +500,20 @@ def _check_backlog(run: Run, pid: int, log_ends: Mapping[int, int], outcome: Out
         outcome.problems.append(
             f"the worker was killed with a backlog of {backlog} (< {_MIN_BACKLOG}): a wrong "
             "restart position would go unseen"
+        )
+
+
+def _check_jvm_death_told(run: Run, outcome: Outcome) -> None:
+    """A batch after the JVM's death must end the run at once (exit 1) with the one-line
+    error that names the dead JVM, not retries on it or a raw connection error."""
+    said = [line for line in run.text().splitlines() if line.startswith("ingest: ")]
+    last = said[-1] if said else "(none)"
+    outcome.notes.append(f"error shown: {last[:200]}")
+    if outcome.exit_codes[0] == 0:
+        outcome.problems.append("the run ended exit 0: no batch met the dead JVM")
+    elif outcome.exit_codes[0] != 1 or not last.startswith("ingest: the Spark JVM exited"):
+        outcome.problems.append(
+            f"exit {outcome.exit_codes[0]} without the clear error about the Spark JVM"
         )
 
 

@@ -43,7 +43,7 @@ def _check(env: ChaosEnv, case: str, seed: int) -> None:
 SMOKE = {
     "kill-worker": 200,
     "kill-supervisor": 200,
-    "kill-spark": 200,
+    "kill-spark": 202,  # batch_started #2: the JVM dies under a batch (200 and 201: at its start)
     "kill-between-commits": 0,  # after_delta_commit #1: the window between the two commits
     "broker-kill": 200,
     "broker-pause": 200,
