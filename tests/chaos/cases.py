@@ -408,10 +408,10 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
         producer = Producer(setup, rng.randint(3, 8))
         if not wait_moment(run, when):
             raise CaseFailed(f"the run ended before the fault moment {when}")
-        if pick == "worker":
-            # A burst larger than a worker's buffer share, then the kill: the victim dies
-            # with records still to fetch, so a restart at a wrong offset leaves a gap
-            # (or re-reads) instead of meeting the log end and going unseen.
+        if pick in ("worker", "supervisor"):
+            # A burst larger than a worker's buffer share, then the kill: it comes with
+            # records fetched and not landed, and more still to fetch, so a restart at a
+            # wrong offset or an offset committed ahead of the table cannot go unseen.
             producer.stop()
             produce_rounds(setup, _BURST)
         tree = run.tree()
@@ -435,6 +435,11 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
             chosen = tree
         kill(chosen)
         outcome.notes.append(f"killed {[p.kind for p in chosen]}")
+        if pick == "supervisor":
+            landed = row_count(setup.table)
+            outcome.notes.append(f"{landed} of {setup.produced} rows landed at the kill")
+            if landed >= setup.produced:
+                outcome.problems.append("the kill came after every record had landed")
         producer.stop()
         if pick == "jvm":
             produce_rounds(setup, 2_000)  # so that a batch must meet the dead JVM
