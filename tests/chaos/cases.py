@@ -330,16 +330,27 @@ def recover(env: ChaosEnv, setup: Setup, outcome: Outcome) -> None:
 
 
 def settle(
-    env: ChaosEnv, setup: Setup, outcome: Outcome, *, ended_well: bool | None = None
+    env: ChaosEnv,
+    setup: Setup,
+    outcome: Outcome,
+    *,
+    ended_well: bool | None = None,
+    survives: bool = False,
 ) -> None:
     """The full check if the run ended by itself with everything landed, else recover.
-    By default the run ended well when its last exit was 0 and every record landed."""
+    By default the run ended well when its last exit was 0 and every record landed.
+    ``survives``: the product promises to ride out this fault, so needing a rerun is a
+    problem (the rerun still runs, to show the table can be repaired)."""
     if ended_well is None:
         ended_well = outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced
     if ended_well:
         outcome.verdict = check(setup, complete=True)
-    else:
-        recover(env, setup, outcome)
+        return
+    if survives:
+        outcome.problems.append(
+            f"the run did not ride out the fault (exit codes {outcome.exit_codes}): it needed a rerun"
+        )
+    recover(env, setup, outcome)
 
 
 def moment(rng: random.Random) -> tuple[str, int, float]:
@@ -460,7 +471,7 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
         if not crashed:
             outcome.problems.append("the killed worker's crash was never seen")
         _check_backlog(run, chosen[0].pid, log_ends, outcome)
-    settle(env, setup, outcome)
+    settle(env, setup, outcome, survives=pick == "worker")
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -613,7 +624,9 @@ def broker_pause(env: ChaosEnv, seed: int) -> Outcome:
             f"partitions_lost {lost}x, assigned {run.count('partitions_assigned')}x, "
             f"commit_failed {run.count('commit_failed')}x"
         )
-        settle(env, setup, outcome)
+        if not lost:
+            outcome.problems.append("the pause did not cost the member its partitions")
+        settle(env, setup, outcome, survives=True)
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -655,7 +668,7 @@ def broker_kill(env: ChaosEnv, seed: int) -> Outcome:
         if errors:
             outcome.notes.append(f"producer rounds failed: {errors[:2]}")
         outcome.notes.append(f"assigned {run.count('partitions_assigned')}x")
-        settle(env, setup, outcome)
+        settle(env, setup, outcome, survives=True)
     finally:
         broker.cleanup()
     outcome.seconds = time.monotonic() - started
