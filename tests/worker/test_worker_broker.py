@@ -3,6 +3,7 @@ librdkafka reads, and stopping, killing and backpressure leave the handoff consi
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -227,6 +228,38 @@ def test_stop_now_exits_promptly_mid_stream(
             assert store.read(segment.uri).num_rows == segment.record_count
 
 
+_POLL_SYSCALLS = {7, 271}  # x86_64 poll, ppoll (socket timeouts wait in one of these)
+
+
+def _long_polls(pid: int) -> list[int]:
+    """The timeouts (ms) of the poll calls the threads of ``pid`` are blocked in now."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "syscall").read_text().split()
+        except OSError:
+            continue
+        if fields and fields[0].isdigit() and int(fields[0]) in _POLL_SYSCALLS:
+            found.append(int(fields[3], 16) if int(fields[0]) == 7 else -1)
+    return found
+
+
+def wait_until_parked_in_a_long_poll(pid: int, *, at_least_ms: int, timeout: float = 30) -> None:
+    """Until a thread of ``pid`` waits in poll() with a timeout of ``at_least_ms`` or more:
+    the socket wait of a Fetch the broker holds (max_wait_ms) is the only wait that long.
+    (A poll's timeout is its third argument in /proc/<pid>/syscall; ppoll's is a pointer,
+    counted as -1.)"""
+    deadline = time.monotonic() + timeout
+    while not any(ms >= at_least_ms for ms in _long_polls(pid)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pid {pid} never waited in a long poll: {_long_polls(pid)}")
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/syscall").exists() or os.uname().machine != "x86_64",
+    reason="needs /proc/<pid>/syscall on x86_64 to see the worker parked in its Fetch",
+)
 def test_stop_now_exits_promptly_while_blocked_in_a_long_fetch(
     broker: KafkaCluster, topic: str, store: HandoffStore
 ) -> None:
@@ -236,7 +269,10 @@ def test_stop_now_exits_promptly_while_blocked_in_a_long_fetch(
     )
     with WatchedHandle.spawn(settings, store=store) as handle:
         handle.wait_for(WorkerStarted, timeout=30)
-        time.sleep(0.3)  # most likely inside the long poll now
+        assert handle.pid is not None
+        # Other requests wait request_timeout (30 s); the Fetch waits that plus max_wait_ms.
+        request_ms = int(settings.client.request_timeout * 1000)
+        wait_until_parked_in_a_long_poll(handle.pid, at_least_ms=request_ms + 1)
         began = time.monotonic()
         code = handle.stop_now(wait=5.0)
         took = time.monotonic() - began
