@@ -783,7 +783,10 @@ def rival_commits(env: ChaosEnv, seed: int) -> Outcome:
     rng = random.Random(f"{name}:{seed}")
     started = time.monotonic()
     # Small batches: many commits for the rival to come between.
-    setup = prepare(env, rng, name, sections={"trigger": {"max_bytes": "256KiB"}})
+    # (16k-32k records met no race in one warm run of 7.6 s: more batches, more chances.)
+    setup = prepare(
+        env, rng, name, total=(60_000, 90_000), sections={"trigger": {"max_bytes": "256KiB"}}
+    )
     outcome = Outcome(name, seed, "txn commits of the same partitions every 5-50 ms")
     rival = RivalCommitter(setup, rng)
     run = Run(["run", "-c", str(setup.path), "--until-end"], setup.work / "run.log")
