@@ -301,6 +301,11 @@ class Cluster:
             raise AssertionError("unreachable")  # pragma: no cover
         return leader
 
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The leader epoch known for (topic, partition) (-1: none); a Fetch or ListOffsets
+        carries it as ``current_leader_epoch`` so that a stale leader fences it."""
+        return self.metadata.leader_epoch(topic, partition)
+
     def leader_connection(self, topic: str, partition: int) -> BrokerConnection:
         return self.connection(self.leader(topic, partition).node_id)
 

@@ -8,6 +8,7 @@ no I/O and reads no clock (the time comes as an argument).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 
@@ -149,6 +150,25 @@ def view_from_metadata(response: MetadataResponse) -> ClusterView:
     )
 
 
+def _newest_epochs(known: TopicInfo | None, answer: TopicInfo) -> tuple[TopicInfo, bool]:
+    """``answer``, but with each partition whose leader epoch went back replaced by the
+    known one; and whether any went back."""
+    if known is None or answer.error_code or known.topic_id != answer.topic_id:
+        return answer, False
+    behind = False
+    partitions = []
+    for new in answer.partitions:
+        old = known.partition(new.partition)
+        if old is not None and 0 <= new.leader_epoch < old.leader_epoch:
+            behind = True
+            partitions.append(old)
+        else:
+            partitions.append(new)
+    if not behind:
+        return answer, False
+    return dataclasses.replace(answer, partitions=tuple(partitions)), True
+
+
 class MetadataCache:
     """The brokers and topics learned from Metadata answers, and the leader cache's
     staleness: a topic is stale once invalidated (a leader error, a lost connection to
@@ -164,13 +184,25 @@ class MetadataCache:
 
     def apply(self, view: ClusterView, now: float) -> None:
         """Takes in one answer: its brokers (when it names any) replace the known ones;
-        its topics are fresh as of ``now``."""
+        its topics are fresh as of ``now``. A partition whose leader epoch is older than
+        the one known (an answer from a broker that has not heard of a leader change) is
+        kept as known, and its topic stays stale: the next lookup asks again (KIP-320)."""
         if view.brokers:
             self.brokers = {b.node_id: b for b in view.brokers}
         for topic in view.topics:
-            self.topics[topic.name] = topic
+            merged, behind = _newest_epochs(self.topics.get(topic.name), topic)
+            self.topics[topic.name] = merged
             self._refreshed_at[topic.name] = now
-            self._stale.discard(topic.name)
+            if behind:
+                self._stale.add(topic.name)
+            else:
+                self._stale.discard(topic.name)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The known leader epoch of (topic, partition), or -1 when none is known."""
+        info = self.topics.get(topic)
+        known = None if info is None else info.partition(partition)
+        return -1 if known is None else known.leader_epoch
 
     def learn_broker(self, broker: BrokerInfo) -> None:
         """A broker named outside Metadata (a coordinator); known ones are kept."""

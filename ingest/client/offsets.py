@@ -60,7 +60,11 @@ def list_offsets(
                             name=name,
                             partitions=tuple(
                                 ListOffsetsPartition(
-                                    partition_index=tp.partition, timestamp=pending[tp]
+                                    partition_index=tp.partition,
+                                    current_leader_epoch=cluster.leader_epoch(
+                                        tp.topic, tp.partition
+                                    ),
+                                    timestamp=pending[tp],
                                 )
                                 for tp in tps
                                 if tp.topic == name

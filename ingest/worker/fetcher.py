@@ -239,8 +239,9 @@ class PartitionFetcher:
                 log.info("%s: fetching from %s now", self.tp, connection.describe())
             self._connection = connection
             self.session.reset()
+        leader_epoch = self.cluster.leader_epoch(self.topic, self.partition)
         session_id, epoch, include = self.session.next_request(
-            (self.position, self.partition_max_bytes, -1)
+            (self.position, self.partition_max_bytes, leader_epoch)
         )
         request = fetch_request(
             self.topic,
@@ -252,6 +253,7 @@ class PartitionFetcher:
             session_id=session_id,
             epoch=epoch,
             include=include,
+            current_leader_epoch=leader_epoch,
         )
         timeout = self.cluster.config.request_timeout + self.settings.max_wait_ms / 1000
         try:

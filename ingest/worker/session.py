@@ -133,9 +133,13 @@ def fetch_request(
     include: bool,
     max_wait_ms: int | None = None,
     min_bytes: int | None = None,
+    current_leader_epoch: int = -1,
 ) -> FetchRequest:
     """A Fetch of one partition; ``include`` False leaves it out (an incremental Fetch
-    whose partition did not change). Waits and sizes default to ``settings``."""
+    whose partition did not change). Waits and sizes default to ``settings``.
+    ``current_leader_epoch`` (KIP-320): the leader epoch the client knows; a broker whose
+    epoch differs answers FENCED_LEADER_EPOCH (ours is older) or UNKNOWN_LEADER_EPOCH
+    (ours is newer) instead of serving a stale or truncated log."""
     topics: tuple[FetchTopic, ...] = ()
     if include:
         topics = (
@@ -146,6 +150,7 @@ def fetch_request(
                         partition=partition,
                         fetch_offset=fetch_offset,
                         partition_max_bytes=partition_max_bytes,
+                        current_leader_epoch=current_leader_epoch,
                     ),
                 ),
             ),
