@@ -87,6 +87,9 @@ def _load(args: argparse.Namespace, *, quiet: bool = False) -> Any:
 
     config = load_config(args.config)
     if args.print_config:
+        from ingest.supervisor.settings import rebalance_protocol_note
+
+        print(f"# {rebalance_protocol_note(config)}")
         print(render_config(config), end="")
         return None
     level = config.logging.level

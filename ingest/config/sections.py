@@ -53,8 +53,12 @@ class SourceSection:
     topics: list[str]
     group_id: str
     group_instance_id: str | None = None
+    # The rebalance protocol is cooperative only when every assignor listed supports it
+    # (Kafka's rule): the default keeps the workers of kept partitions running through a
+    # rebalance. A group shared with librdkafka's defaults (range, roundrobin) needs
+    # ["cooperative-sticky", "range"], which makes every rebalance eager (docs/deploy.md).
     assignors: list[Literal["cooperative-sticky", "range", "roundrobin"]] = field(
-        default_factory=lambda: ["cooperative-sticky", "range"]
+        default_factory=lambda: ["cooperative-sticky"]
     )
     session_timeout: Duration = Duration(45)
     heartbeat_interval: Duration = Duration(3)

@@ -16,6 +16,7 @@ from ingest.group import (
     GroupConfig,
     Partition,
     RangeAssignor,
+    RebalanceProtocol,
     RoundRobinAssignor,
 )
 from ingest.group.assignors import Assignor
@@ -117,6 +118,24 @@ def group_config(config: IngestConfig) -> GroupConfig:
         rebalance_timeout_ms=int(float(source.rebalance_timeout) * 1000),
         assignors=tuple(_ASSIGNORS[name]() for name in source.assignors),
         leave_on_close=source.leave_group_on_shutdown,
+    )
+
+
+def rebalance_protocol_note(config: IngestConfig) -> str:
+    """Which rebalance protocol ``source.assignors`` puts in force, and why: cooperative
+    only when every assignor listed supports it (Kafka's rule, ``GroupConfig``)."""
+    assignors = [_ASSIGNORS[name]() for name in config.source.assignors]
+    eager = [
+        a.name for a in assignors if RebalanceProtocol.COOPERATIVE not in a.supported_protocols
+    ]
+    if not eager:
+        return (
+            "rebalance protocol: cooperative (every assignor in source.assignors supports it): "
+            "a rebalance stops only the workers of partitions that change owner"
+        )
+    return (
+        f"rebalance protocol: eager, because source.assignors lists {', '.join(eager)}: every "
+        "rebalance stops every worker; list only cooperative-sticky for cooperative"
     )
 
 

@@ -337,6 +337,28 @@ def test_print_config_masks_secrets_and_exits(tmp_path: Path) -> None:
     assert "hunter2" not in done.stdout + done.stderr
     assert 'password_env = "TEST_INGEST_PW"  # value: ***' in done.stdout
     assert "[trigger]" in done.stdout and "shutdown_timeout" in done.stdout
+    # The default assignors put the cooperative protocol in force, and it says so.
+    assert done.stdout.startswith("# rebalance protocol: cooperative"), done.stdout[:200]
+    assert 'assignors = ["cooperative-sticky"]' in done.stdout
+
+
+def test_print_config_says_why_the_protocol_is_eager(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(
+        "[kafka]\nbootstrap_servers = ['127.0.0.1:9']\n"
+        "[source]\ntopics = ['t']\ngroup_id = 'g'\nassignors = ['cooperative-sticky', 'range']\n"
+        "[table]\nuri = '/tmp/x'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "run", "-c", str(path), "--print-config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("# rebalance protocol: eager, because source.assignors lists range")
 
 
 def test_ingest_broker_without_the_broker_extra_says_how_to_get_it(tmp_path: Path) -> None:

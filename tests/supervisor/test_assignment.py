@@ -218,11 +218,12 @@ def _share_with_default_assignors(bootstrap: str, topic: str, group: str) -> Non
 
 
 @pytest.mark.slow
-def test_our_default_assignors_and_librdkafkas_share_a_group_on_kafka(
+def test_with_range_offered_ours_and_librdkafkas_defaults_share_a_group_on_kafka(
     broker: KafkaCluster, topic: str, group: str
 ) -> None:
-    """Ours offers (cooperative-sticky, range), librdkafka by default (range, roundrobin).
-    Kafka picks a protocol every member supports: range. Both sides are right."""
+    """Ours offers (cooperative-sticky, range), the setting a group shared with librdkafka's
+    defaults (range, roundrobin) needs. Kafka picks a protocol every member supports:
+    range. Both sides are right."""
     _share_with_default_assignors(broker.bootstrap, topic, group)
 
 
@@ -234,7 +235,7 @@ def test_our_default_assignors_and_librdkafkas_share_a_group_on_kafka(
     "INCONSISTENT_GROUP_PROTOCOL in a group whose member offers (cooperative-sticky, range), "
     "although both offer range; Kafka picks range for both (docs/kafka-compat.md)",
 )
-def test_our_default_assignors_and_librdkafkas_share_a_group_on_tansu(
+def test_with_range_offered_ours_and_librdkafkas_defaults_share_a_group_on_tansu(
     tansu: TansuBroker, topic: str, group: str
 ) -> None:
     _share_with_default_assignors(tansu.bootstrap, topic, group)
