@@ -24,6 +24,7 @@ from ingest.protocol.messages import (
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    EpochEndOffsetResult,
     FetchableTopicResponse,
     FetchPartition,
     FetchRequest,
@@ -38,6 +39,11 @@ from ingest.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+    OffsetForLeaderTopicResult,
     PartitionData,
     SyncGroupResponse,
 )
@@ -184,6 +190,25 @@ ffffffff      # committed_leader_epoch -1
 00            # body tagged fields
 """
 
+OFFSET_FOR_LEADER_EPOCH_V4_REQUEST = """
+0000002b      # frame size 43
+0017          # request_api_key 23 (OffsetForLeaderEpoch)
+0004          # request_api_version 4 (flexible: request header v2)
+00000007      # correlation_id 7
+0004 "test"   # client_id (a plain nullable string even in header v2)
+00            # header tagged fields
+ffffffff      # replica_id -1 (a consumer)
+02            # topics: compact array of 1
+07 "events"   # [0].topic (compact: length+1 = 7)
+02            # [0].partitions: compact array of 1
+00000003      # partition 3
+00000005      # current_leader_epoch 5 (fences a stale or unknown epoch)
+00000004      # leader_epoch 4 (the epoch whose end offset is asked)
+00            # partition tagged fields
+00            # topic tagged fields
+00            # body tagged fields
+"""
+
 REQUESTS: list[tuple[str, str, int, Request]] = [
     ("ApiVersions v0", API_VERSIONS_V0_REQUEST, 0, ApiVersionsRequest()),
     (
@@ -265,6 +290,23 @@ REQUESTS: list[tuple[str, str, int, Request]] = [
             ),
         ),
     ),
+    (
+        "OffsetForLeaderEpoch v4",
+        OFFSET_FOR_LEADER_EPOCH_V4_REQUEST,
+        4,
+        OffsetForLeaderEpochRequest(
+            topics=(
+                OffsetForLeaderTopic(
+                    topic="events",
+                    partitions=(
+                        OffsetForLeaderPartition(
+                            partition=3, current_leader_epoch=5, leader_epoch=4
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
 ]
 
 
@@ -336,7 +378,41 @@ ffffffff      # aborted_transactions: null
 ffffffff      # records: null
 """
 
+OFFSET_FOR_LEADER_EPOCH_V4_RESPONSE = """
+00000027      # frame size 39
+00000007      # correlation_id 7
+00            # response header v1 tagged fields
+00000000      # throttle_time_ms 0
+02            # topics: compact array of 1
+07 "events"   # [0].topic
+02            # [0].partitions: compact array of 1
+0000          # error_code 0
+00000003      # partition 3
+00000004      # leader_epoch 4 (the largest epoch at or below the one asked)
+000000000000002a  # end_offset 42 (the first offset after that epoch)
+00            # partition tagged fields
+00            # topic tagged fields
+00            # body tagged fields
+"""
+
 RESPONSES: list[tuple[str, str, int, Response]] = [
+    (
+        "OffsetForLeaderEpoch v4",
+        OFFSET_FOR_LEADER_EPOCH_V4_RESPONSE,
+        4,
+        OffsetForLeaderEpochResponse(
+            topics=(
+                OffsetForLeaderTopicResult(
+                    topic="events",
+                    partitions=(
+                        EpochEndOffsetResult(
+                            error_code=0, partition=3, leader_epoch=4, end_offset=42
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
     (
         "ApiVersions v0",
         API_VERSIONS_V0_RESPONSE,

@@ -71,6 +71,7 @@ def test_supported_versions_cover_the_brief() -> None:
     expected = {
         18: (0, 3), 3: (1, 12), 10: (1, 4), 11: (2, 9), 14: (1, 5), 12: (1, 4), 13: (1, 5),
         9: (1, 8), 8: (2, 8), 2: (1, 7), 1: (4, 12), 17: (1, 1), 36: (0, 2), 15: (1, 5), 16: (1, 4),
+        23: (2, 4),
     }  # fmt: skip
     assert expected == codec.SUPPORTED_VERSIONS
     assert codec.API_NAMES[1] == "Fetch" and codec.API_NAMES[18] == "ApiVersions"
@@ -221,6 +222,8 @@ def _json_default(field: dict[str, Any]) -> Any:
         return 0
     if raw == "null":
         return None
+    if isinstance(raw, int):  # a few definitions write a number, not a string
+        return raw
     if type_name == "bool":
         return raw == "true"
     if type_name in ("string",):
@@ -237,7 +240,10 @@ def _our_type(kind: Any) -> str:
 
 
 # Deliberate, documented differences from Kafka's declared defaults.
-DEFAULT_OVERRIDES = {("ListOffsetsRequest", "replica_id"): -1}
+DEFAULT_OVERRIDES = {
+    ("ListOffsetsRequest", "replica_id"): -1,
+    ("OffsetForLeaderEpochRequest", "replica_id"): -1,  # a consumer's; -2 is "unset"
+}
 
 
 def _check_struct(cls: type[Struct], fields: list[dict[str, Any]], version: int, path: str) -> None:

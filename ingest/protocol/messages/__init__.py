@@ -53,6 +53,16 @@ from ingest.protocol.messages.group import (
     SyncGroupRequestAssignment,
     SyncGroupResponse,
 )
+from ingest.protocol.messages.leader_epoch import (
+    EpochEndOffset as EpochEndOffsetResult,
+)
+from ingest.protocol.messages.leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+    OffsetForLeaderTopicResult,
+)
 from ingest.protocol.messages.list_offsets import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -114,6 +124,7 @@ REQUEST_TYPES: tuple[type[Request], ...] = (
     OffsetCommitRequest,
     SaslHandshakeRequest,
     SaslAuthenticateRequest,
+    OffsetForLeaderEpochRequest,
 )
 
 # api_key -> request class / response class
@@ -139,6 +150,7 @@ __all__ = [
     "DescribedGroup",
     "DescribedGroupMember",
     "EpochEndOffset",
+    "EpochEndOffsetResult",
     "FetchPartition",
     "FetchRequest",
     "FetchResponse",
@@ -190,6 +202,11 @@ __all__ = [
     "OffsetFetchResponsePartitions",
     "OffsetFetchResponseTopic",
     "OffsetFetchResponseTopics",
+    "OffsetForLeaderEpochRequest",
+    "OffsetForLeaderEpochResponse",
+    "OffsetForLeaderPartition",
+    "OffsetForLeaderTopic",
+    "OffsetForLeaderTopicResult",
     "PartitionData",
     "SaslAuthenticateRequest",
     "SaslAuthenticateResponse",
