@@ -1,0 +1,156 @@
+"""Faults of other writers of the table: a replay of the same partitions racing the run, and
+a rival committing txn actions between the run's commits."""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+
+from tests.chaos.pieces import (
+    PARTITIONS,
+    ChaosEnv,
+    Outcome,
+    Run,
+    Setup,
+    prepare,
+    settle,
+)
+
+
+def concurrent_writer(env: ChaosEnv, seed: int) -> Outcome:
+    """``ingest replay --from earliest`` of the same group (so the same txn app ids) lands
+    into the table while ``ingest run --until-end`` does: their Delta commits race."""
+    name = "concurrent-writer"
+    rng = random.Random(f"{name}:{seed}")
+    started = time.monotonic()
+    # Enough batches on both sides that the two writers meet at the same offsets: a
+    # replay started after the run's first batch found the run done (no race in 10 runs).
+    # Small batches, many commits on each side, the replay started with the run.
+    setup = prepare(
+        env, rng, name, total=(60_000, 90_000), sections={"trigger": {"max_bytes": "256KiB"}}
+    )
+    delay = round(rng.uniform(0.0, 0.5), 2)
+    outcome = Outcome(name, seed, f"replay starts {delay}s after the run")
+    run = Run(
+        ["run", "-c", str(setup.path), "--until-end"],
+        setup.work / "run.log",
+    )
+    replay = None
+    try:
+        time.sleep(delay)
+        replay = Run(
+            ["replay", "-c", str(setup.path), "--from", "earliest"], setup.work / "replay.log"
+        )
+        outcome.exit_codes.append(run.wait(240))
+        outcome.exit_codes.append(replay.wait(240))
+    finally:
+        run.kill()
+        if replay is not None:
+            replay.kill()
+    races = sum(
+        len(re.findall(r"lost a race|re-filtered|redoing the batch", r.text()))
+        for r in (run, replay)
+        if r is not None
+    )
+    outcome.notes.append(f"commit races seen in the logs: {races}")
+    if not races:
+        outcome.problems.append("no commit race: the two writers never met")
+    if outcome.exit_codes != [0, 0]:
+        outcome.problems.append(
+            f"a writer did not survive the races: exit codes {outcome.exit_codes}"
+        )
+    settle(env, setup, outcome, ended_well=outcome.exit_codes == [0, 0])
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+class RivalCommitter:
+    """Another writer of the run's partitions: at seeded random moments it commits to the
+    table a txn action for one of them, at the version the table holds (no data), so the
+    run's Delta commits keep meeting a commit that came in between. delta-rs refuses a
+    commit that raced one touching the same app ids; the rival retries nothing."""
+
+    def __init__(self, setup: Setup, rng: random.Random) -> None:
+        self.setup = setup
+        self.rng = random.Random(rng.random())
+        self.commits = 0
+        self.lost = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-rival", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+        from ingest.sink.txn import app_id
+
+        uri = str(self.setup.table)
+        while not self._stop.wait(self.rng.uniform(0.005, 0.05)):
+            partition = self.rng.randrange(PARTITIONS)
+            app = app_id(uri, self.setup.group, self.setup.topic, partition)
+            try:
+                table = DeltaTable(uri)
+            except TableNotFoundError:
+                continue
+            version = table.transaction_version(app)
+            if version is None:
+                continue
+            try:
+                table.create_write_transaction(
+                    [],
+                    "append",
+                    table.schema(),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app, version)], max_commit_retries=0
+                    ),
+                )
+                self.commits += 1
+            except CommitFailedError:
+                self.lost += 1
+            except Exception as exc:  # noted in the outcome; the verdict decides
+                self.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def rival_commits(env: ChaosEnv, seed: int) -> Outcome:
+    """While ``ingest run --until-end`` lands batches, a rival commits txn actions for the
+    same partitions every 5-50 ms: many of the run's Delta commits fail because a
+    concurrent writer committed in between, and are redone; the table ends exact."""
+    name = "rival-commits"
+    rng = random.Random(f"{name}:{seed}")
+    started = time.monotonic()
+    # Small batches: many commits for the rival to come between.
+    # (16k-32k records met no race in one warm run of 7.6 s: more batches, more chances.)
+    setup = prepare(
+        env, rng, name, total=(60_000, 90_000), sections={"trigger": {"max_bytes": "256KiB"}}
+    )
+    outcome = Outcome(name, seed, "txn commits of the same partitions every 5-50 ms")
+    rival = RivalCommitter(setup, rng)
+    run = Run(["run", "-c", str(setup.path), "--until-end"], setup.work / "run.log")
+    try:
+        outcome.exit_codes.append(run.wait(240))
+    finally:
+        run.kill()
+        rival.stop()
+    races = len(re.findall(r"lost a race", run.text()))
+    outcome.notes.append(
+        f"rival commits {rival.commits} (lost {rival.lost}); run commits that lost a race: {races}"
+    )
+    if rival.errors:
+        outcome.notes.append(f"rival errors: {rival.errors[:2]}")
+    if not races:
+        outcome.problems.append("no commit of the run lost a race to the rival")
+    if outcome.exit_codes != [0]:
+        outcome.problems.append(
+            f"the run did not survive the races: exit code {outcome.exit_codes}"
+        )
+    settle(env, setup, outcome, ended_well=outcome.exit_codes == [0])
+    outcome.seconds = time.monotonic() - started
+    return outcome
