@@ -45,8 +45,18 @@ class ChaosEnv:
     broker: KafkaCluster
     spark_factory: Callable[[], Any]
     s3_factory: Callable[[], S3Server]
+    cluster_factory: Callable[[], KafkaCluster] | None = None  # three nodes
     _spark: Any = None
     _s3: S3Server | None = None
+    _cluster: KafkaCluster | None = None
+
+    @property
+    def cluster(self) -> KafkaCluster:
+        if self._cluster is None:
+            if self.cluster_factory is None:
+                raise CaseFailed("this environment has no 3-node cluster")
+            self._cluster = self.cluster_factory()
+        return self._cluster
 
     @property
     def spark(self) -> Any:

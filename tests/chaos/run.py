@@ -47,14 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     from ingest.testing.spark import local_spark_session
 
     s3: list[S3Server] = []
+    three: list[KafkaCluster] = []
 
     def start_s3() -> S3Server:
         s3.append(S3Server().start())
         return s3[0]
 
+    def start_cluster() -> KafkaCluster:
+        three.append(KafkaCluster(3).start())
+        return three[0]
+
     outcomes: list[Outcome] = []
     with KafkaCluster() as broker:
-        env = ChaosEnv(work, broker, local_spark_session, start_s3)
+        env = ChaosEnv(work, broker, local_spark_session, start_s3, start_cluster)
         try:
             for name in names:
                 for seed in range(args.seed, args.seed + args.runs):
@@ -71,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for server in s3:
                 server.cleanup()
+            for cluster in three:
+                cluster.cleanup()
     print(
         "\n| case | runs | exact | not exact | with problems | seconds per run |"
         "\n|---|---|---|---|---|---|"

@@ -30,7 +30,11 @@ def env(broker: KafkaCluster, request: pytest.FixtureRequest, tmp_path: Path) ->
         server: S3Server = request.getfixturevalue("s3")
         return server
 
-    return ChaosEnv(tmp_path, broker, spark, s3)
+    def cluster() -> KafkaCluster:
+        three: KafkaCluster = request.getfixturevalue("kafka_cluster")
+        return three
+
+    return ChaosEnv(tmp_path, broker, spark, s3, cluster)
 
 
 def _check(env: ChaosEnv, case: str, seed: int) -> None:
@@ -51,6 +55,8 @@ SMOKE = {
     "rival-commits": 200,
     "handoff-unwritable": 2,  # read-only before the start (a mid-run draw may come late)
     "handoff-full": 200,
+    "leader-kill": 200,
+    "node-pause": 200,
 }
 
 

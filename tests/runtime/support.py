@@ -47,7 +47,7 @@ def write_config(
 ) -> Path:
     """A config for the test broker: short session, small triggers, local[2] Spark."""
     values: dict[str, dict[str, Any]] = {
-        "kafka": {"bootstrap_servers": [bootstrap], "retry_timeout": "10s"},
+        "kafka": {"bootstrap_servers": bootstrap.split(","), "retry_timeout": "10s"},
         "source": {
             "topics": [topic],
             "group_id": group,

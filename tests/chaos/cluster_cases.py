@@ -1,0 +1,153 @@
+"""Faults of one node of a 3-node Apache Kafka cluster (replication factor 3,
+``min.insync.replicas=2``) while ``ingest run`` consumes and records keep coming:
+
+* ``leader-kill``: SIGKILL the node leading a partition being fetched, restart it 10-14 s
+  later (past Kafka's 9 s broker session, so its leaderships move meanwhile);
+* ``node-pause``: SIGSTOP a node (the group coordinator or a partition leader, drawn) for
+  longer than the session timeout, then SIGCONT.
+
+The run must ride the fault out (exit 0 after SIGTERM, no rerun) with an exact table; the
+fault must hit a node that mattered (it led a partition or coordinated the group). Every
+node is running again when a case ends, so the cluster serves the next case.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from ingest.testing import KafkaCluster
+from tests.chaos.pieces import (
+    PARTITIONS,
+    SESSION_S,
+    CaseFailed,
+    ChaosEnv,
+    Outcome,
+    Producer,
+    Run,
+    Setup,
+    check,
+    continuous_until_landed,
+    moment,
+    prepare,
+    settle,
+    wait_moment,
+)
+
+
+def leaders(setup: Setup) -> dict[int, int]:
+    """partition -> the node id leading it now (-1: none), from a reference client."""
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": setup.bootstrap}).list_topics(setup.topic, timeout=10)
+    return {p: info.leader for p, info in meta.topics[setup.topic].partitions.items()}
+
+
+def coordinator(setup: Setup) -> int:
+    """The node id coordinating the case's group, from a reference client."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": setup.bootstrap})
+    future = admin.describe_consumer_groups([setup.group])[setup.group]
+    return int(future.result(timeout=30).coordinator.id)
+
+
+def _all_running(cluster: KafkaCluster) -> None:
+    for node in cluster.nodes:
+        if node.running():
+            node.resume()
+        else:
+            node.start()
+
+
+def _node_case(
+    env: ChaosEnv,
+    name: str,
+    seed: int,
+    fault: Callable[[random.Random, KafkaCluster, Setup, Outcome], None],
+) -> Outcome:
+    rng = random.Random(f"{name}:{seed}")
+    started = time.monotonic()
+    cluster = env.cluster
+    _all_running(cluster)
+    setup = prepare(env, rng, name, broker=cluster, total=(16_000, 32_000))
+    when = moment(rng)
+    outcome = Outcome(name, seed, f"at {when[0]} #{when[1]} +{when[2]}s: ")
+    run = Run(["run", "-c", str(setup.path)], setup.work / "run.log")
+    producer = None
+    try:
+        run.wait_for("partitions_assigned", 1, 90)
+        producer = Producer(
+            setup, rng.randint(5, 10), retries=1_000_000, message_timeout_ms=120_000
+        )
+        if not wait_moment(run, when):
+            raise CaseFailed(f"the run ended before the fault moment {when}")
+        fault(rng, cluster, setup, outcome)
+        producer.stop()
+        # A round retried across the fault may have landed twice: land what the topic holds.
+        setup.produced = check(setup, complete=False).expected
+        continuous_until_landed(run, setup, outcome, timeout=180)
+    finally:
+        if producer is not None:
+            producer.stop()
+        run.kill()
+        _all_running(cluster)
+    if producer is not None and producer.errors:
+        outcome.notes.append(f"producer rounds failed: {producer.errors[:2]}")
+    outcome.notes.append(
+        f"assigned {run.count('partitions_assigned')}x, lost {run.count('partitions_lost')}x, "
+        f"commit_failed {run.count('commit_failed')}x"
+    )
+    settle(env, setup, outcome, survives=True)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def _kill_leader(rng: random.Random, cluster: KafkaCluster, setup: Setup, out: Outcome) -> None:
+    partition = rng.randrange(PARTITIONS)
+    node_id = leaders(setup)[partition]
+    if node_id < 0:
+        raise CaseFailed(f"partition {partition} had no leader at the fault moment")
+    # Longer than Kafka's broker session (broker.session.timeout.ms, 9 s by default): the
+    # controller fences the dead node and moves its leaderships while it is down.
+    down = round(rng.uniform(10.0, 14.0), 2)
+    node = cluster.node(node_id)
+    killed = time.monotonic()
+    node.kill()
+    out.fault += f"SIGKILL node {node_id} (leader of partition {partition}) for {down}s"
+    moved = None
+    while time.monotonic() - killed < down:
+        if moved is None and leaders(setup)[partition] not in (node_id, -1):
+            moved = time.monotonic() - killed
+        time.sleep(0.5)
+    node.start()
+    if moved is None:
+        out.problems.append(f"partition {partition} found no new leader while {node_id} was down")
+    else:
+        out.notes.append(f"partition {partition} had a new leader {moved:.1f}s after the kill")
+
+
+def _pause_node(rng: random.Random, cluster: KafkaCluster, setup: Setup, out: Outcome) -> None:
+    target = rng.choice(["coordinator", "leader"])
+    node_id = coordinator(setup) if target == "coordinator" else leaders(setup)[0]
+    pause = round(rng.uniform(SESSION_S + 1, SESSION_S + 5), 2)
+    node = cluster.node(node_id)
+    out.fault += f"SIGSTOP node {node_id} (the {target}) for {pause}s"
+    node.pause()
+    try:
+        time.sleep(pause)
+    finally:
+        node.resume()
+
+
+def leader_kill(env: ChaosEnv, seed: int) -> Outcome:
+    """SIGKILL the leader of a partition being fetched (3 nodes), restart it 10-14 s later;
+    the run follows the new leader and ends exact without a rerun."""
+    return _node_case(env, "leader-kill", seed, _kill_leader)
+
+
+def node_pause(env: ChaosEnv, seed: int) -> Outcome:
+    """SIGSTOP the group coordinator or a leader (3 nodes) past the session timeout, then
+    SIGCONT; the run rides it out and ends exact without a rerun."""
+    return _node_case(env, "node-pause", seed, _pause_node)
