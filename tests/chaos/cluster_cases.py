@@ -1,8 +1,9 @@
 """Faults of one node of a 3-node Apache Kafka cluster (replication factor 3,
 ``min.insync.replicas=2``) while ``ingest run`` consumes and records keep coming:
 
-* ``leader-kill``: SIGKILL the node leading a partition being fetched, restart it 10-14 s
-  later (past Kafka's 9 s broker session, so its leaderships move meanwhile);
+* ``leader-kill``: SIGKILL a node leading a partition being fetched but not coordinating the
+  group, restart it 10-14 s later (past Kafka's 9 s broker session, so its leaderships
+  move meanwhile): the running fetcher must follow the new leader;
 * ``node-pause``: SIGSTOP a node (the group coordinator or a partition leader, drawn) for
   longer than the session timeout, then SIGCONT.
 
@@ -19,7 +20,6 @@ from collections.abc import Callable
 
 from ingest.testing import KafkaCluster
 from tests.chaos.pieces import (
-    PARTITIONS,
     SESSION_S,
     CaseFailed,
     ChaosEnv,
@@ -105,17 +105,26 @@ def _node_case(
 
 
 def _kill_leader(rng: random.Random, cluster: KafkaCluster, setup: Setup, out: Outcome) -> None:
-    partition = rng.randrange(PARTITIONS)
-    node_id = leaders(setup)[partition]
-    if node_id < 0:
-        raise CaseFailed(f"partition {partition} had no leader at the fault moment")
+    # A leader that does not coordinate the group: the member keeps its partitions (a dead
+    # coordinator would cost them, and new workers would start with fresh metadata), so
+    # the running fetcher itself must find the new leader.
+    led = leaders(setup)
+    keeper = coordinator(setup)
+    choices = sorted(p for p, node in led.items() if node not in (keeper, -1))
+    if not choices:
+        raise CaseFailed(f"every partition is led by the coordinator {keeper}: {led}")
+    partition = rng.choice(choices)
+    node_id = led[partition]
     # Longer than Kafka's broker session (broker.session.timeout.ms, 9 s by default): the
     # controller fences the dead node and moves its leaderships while it is down.
     down = round(rng.uniform(10.0, 14.0), 2)
     node = cluster.node(node_id)
     killed = time.monotonic()
     node.kill()
-    out.fault += f"SIGKILL node {node_id} (leader of partition {partition}) for {down}s"
+    out.fault += (
+        f"SIGKILL node {node_id} (leader of partition {partition}; coordinator {keeper}) "
+        f"for {down}s"
+    )
     moved = None
     while time.monotonic() - killed < down:
         if moved is None and leaders(setup)[partition] not in (node_id, -1):
