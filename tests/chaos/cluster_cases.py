@@ -31,6 +31,7 @@ from tests.chaos.pieces import (
     continuous_until_landed,
     moment,
     prepare,
+    produce_rounds,
     settle,
     wait_moment,
 )
@@ -85,6 +86,9 @@ def _node_case(
             raise CaseFailed(f"the run ended before the fault moment {when}")
         fault(rng, cluster, setup, outcome)
         producer.stop()
+        # Records after the fault, on every partition: a fetcher stuck on the old leader
+        # (or a partition nobody fetches) leaves the table short of them.
+        produce_rounds(setup, rng.randint(4_000, 8_000), retries=1_000_000)
         # A round retried across the fault may have landed twice: land what the topic holds.
         setup.produced = check(setup, complete=False).expected
         continuous_until_landed(run, setup, outcome, timeout=180)
