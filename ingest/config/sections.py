@@ -67,6 +67,9 @@ class SourceSection:
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     offsets_topic_partitions: int = 50
     leave_group_on_shutdown: bool | None = None  # None: leave unless static
+    # How often the group's leader looks again at its topics' partition counts: partitions
+    # added to a topic are assigned within this (Kafka's metadata.max.age.ms).
+    metadata_refresh: Duration = Duration(300)
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,10 @@ class CommandHandlers(MachineCore):
                 at=now,
                 reason="session timed out",
             )
+        counts = self._leadership.assigned_counts
+        if self._state is STABLE and self.is_leader and counts and now >= self._metadata_check_at:
+            self._metadata_check_at = now + self.config.metadata_refresh_ms / 1000
+            return Step(Outcome.CHECK_METADATA, topics=frozenset(counts))
         return STAY
 
     # -- handlers: driver reports -----------------------------------------------------

@@ -88,6 +88,9 @@ class GroupConfig:
     retry_backoff_ms: int = 100  # retry.backoff.ms
     assignors: tuple[Assignor, ...] = field(default_factory=lambda: (CooperativeStickyAssignor(),))
     leave_on_close: bool | None = None
+    # How often the leader looks again at its topics' partition counts while stable, so
+    # that partitions added to a topic are assigned (metadata.max.age.ms).
+    metadata_refresh_ms: int = 300_000
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -96,7 +99,12 @@ class GroupConfig:
             raise ConfigError(
                 "must not be empty (use None for a dynamic member)", key="group_instance_id"
             )
-        for key in ("session_timeout_ms", "rebalance_timeout_ms", "heartbeat_interval_ms"):
+        for key in (
+            "session_timeout_ms",
+            "rebalance_timeout_ms",
+            "heartbeat_interval_ms",
+            "metadata_refresh_ms",
+        ):
             if getattr(self, key) <= 0:
                 raise ConfigError("must be positive", key=key)
         if self.retry_backoff_ms < 0:

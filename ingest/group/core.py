@@ -81,6 +81,7 @@ class MachineCore:
         self._leave_force = False
         self._leave_reason = ""
         self._leadership = Leadership()
+        self._metadata_check_at = math.inf  # the stable leader's next look at its topics
         self._session_anchor = -math.inf
         self._next_heartbeat_at = math.inf
         self._inflight = InFlight()

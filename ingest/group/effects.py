@@ -73,6 +73,7 @@ class Effects(MachineCore):
         added = step.assignment - self._owned
         self._owned = step.assignment
         self._owned_generation = self._generation_id
+        self._metadata_check_at = now + self.config.metadata_refresh_ms / 1000
         out.append(PartitionsAssigned(added, step.assignment, self._generation_id, self._member_id))
 
     def _do_lose(self, step: Step, now: float, out: list[Output]) -> None:

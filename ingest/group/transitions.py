@@ -81,6 +81,7 @@ class Outcome(Enum):
     REVOKE_THEN_JOIN = "rejoin, but first revoke what must not be kept while rejoining"
     REVOKE_MORE = "already revoking: revoke more (topics left the subscription)"
     AWAIT_METADATA = "the leader needs partition counts before it can assign"
+    CHECK_METADATA = "the stable leader looks again at its topics (metadata_refresh_ms)"
     SYNC = "send the SyncGroup (the leader's assignments, or a follower's empty one)"
     ASSIGNED = "the SyncGroup answer's assignment is applied"
     ASSIGNED_REVOKING = "the assignment is applied; what it takes away is revoked"
@@ -173,6 +174,7 @@ ROWS: dict[tuple[MemberState, Outcome], Row] = {
     (REVOKING, On.REVOKE_MORE):            _row(REVOKING, Do.REVOKE),
     (JOINING, On.AWAIT_METADATA):          _row(SYNCING, Do.ASK_METADATA),
     (SYNCING, On.AWAIT_METADATA):          _row(SYNCING, Do.ASK_METADATA),
+    (STABLE, On.CHECK_METADATA):           _row(STABLE, Do.ASK_METADATA),
     (JOINING, On.SYNC):                    _row(SYNCING, Do.SEND_SYNC),
     (SYNCING, On.SYNC):                    _row(SYNCING, Do.SEND_SYNC),
     (SYNCING, On.ASSIGNED):                _row(STABLE, Do.APPLY_ASSIGNMENT),
@@ -273,7 +275,8 @@ ACCEPTS: dict[type, dict[MemberState, frozenset[Outcome]]] = {
     },
     Tick: {
         **_each(_ALL, _STAY),
-        **_each((SYNCING, STABLE, REVOKING, LEAVING), _of(On.STAY, On.SESSION_EXPIRED)),
+        **_each((SYNCING, REVOKING, LEAVING), _of(On.STAY, On.SESSION_EXPIRED)),
+        STABLE: _of(On.STAY, On.SESSION_EXPIRED, On.CHECK_METADATA),
     },
     # driver reports
     MetadataUpdate: {

@@ -118,6 +118,7 @@ def group_config(config: IngestConfig) -> GroupConfig:
         rebalance_timeout_ms=int(float(source.rebalance_timeout) * 1000),
         assignors=tuple(_ASSIGNORS[name]() for name in source.assignors),
         leave_on_close=source.leave_group_on_shutdown,
+        metadata_refresh_ms=int(float(source.metadata_refresh) * 1000),
     )
 
 

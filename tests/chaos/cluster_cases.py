@@ -5,7 +5,8 @@
   group, restart it 10-14 s later (past Kafka's 9 s broker session, so its leaderships
   move meanwhile): the running fetcher must follow the new leader;
 * ``node-pause``: SIGSTOP a node (the group coordinator or a partition leader, drawn) for
-  longer than the session timeout, then SIGCONT.
+  longer than the session timeout, then SIGCONT;
+* ``partitions-added``: two partitions added to the topic mid-run (CreatePartitions).
 
 The run must ride the fault out (exit 0 after SIGTERM, no rerun) with an exact table; the
 fault must hit a node that mattered (it led a partition or coordinated the group). Every
@@ -18,8 +19,9 @@ import random
 import time
 from collections.abc import Callable
 
-from ingest.testing import KafkaCluster
+from ingest.testing import KafkaCluster, produce
 from tests.chaos.pieces import (
+    PARTITIONS,
     SESSION_S,
     CaseFailed,
     ChaosEnv,
@@ -35,6 +37,7 @@ from tests.chaos.pieces import (
     settle,
     wait_moment,
 )
+from tests.runtime.support import records
 
 
 def leaders(setup: Setup) -> dict[int, int]:
@@ -164,3 +167,52 @@ def node_pause(env: ChaosEnv, seed: int) -> Outcome:
     """SIGSTOP the group coordinator or a leader (3 nodes) past the session timeout, then
     SIGCONT; the run rides it out and ends exact without a rerun."""
     return _node_case(env, "node-pause", seed, _pause_node)
+
+
+ADDED = 2  # partitions added mid-run, to the 4 the topic starts with
+
+
+def partitions_added(env: ChaosEnv, seed: int) -> Outcome:
+    """Partitions added to the topic while ``ingest run`` consumes (3 nodes), then records
+    on every partition: the group's leader sees the new count within its metadata refresh
+    (1 s here), rejoins, and the new partitions get workers; the table ends exact without
+    a rerun."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    name = "partitions-added"
+    rng = random.Random(f"{name}:{seed}")
+    started = time.monotonic()
+    cluster = env.cluster
+    _all_running(cluster)
+    setup = prepare(env, rng, name, broker=cluster, sections={"source": {"metadata_refresh": "1s"}})
+    when = moment(rng)
+    outcome = Outcome(name, seed, f"{ADDED} partitions added at {when[0]} #{when[1]} +{when[2]}s")
+    run = Run(["run", "-c", str(setup.path)], setup.work / "run.log")
+    try:
+        if not wait_moment(run, when):
+            raise CaseFailed(f"the run ended before the fault moment {when}")
+        admin = AdminClient({"bootstrap.servers": setup.bootstrap})
+        future = admin.create_partitions([NewPartitions(setup.topic, PARTITIONS + ADDED)])
+        future[setup.topic].result(timeout=30)
+        per = rng.randint(2_000, 4_000)
+        produce(
+            setup.bootstrap,
+            setup.topic,
+            (r for p in range(PARTITIONS + ADDED) for r in records(p, 100_000, per)),
+            retries=1_000_000,
+        )
+        setup.produced += per * (PARTITIONS + ADDED)
+        continuous_until_landed(run, setup, outcome, timeout=120)
+    finally:
+        run.kill()
+    new = [f"{setup.topic}-{p}" for p in range(PARTITIONS, PARTITIONS + ADDED)]
+    started_new = [p for p in new if f"event=worker_started partition={p} " in run.text()]
+    outcome.notes.append(
+        f"assigned {run.count('partitions_assigned')}x; new partitions with a worker: "
+        f"{len(started_new)} of {ADDED}"
+    )
+    if len(started_new) != ADDED:
+        outcome.problems.append(f"the added partitions never got a worker: {new}")
+    settle(env, setup, outcome, survives=True)
+    outcome.seconds = time.monotonic() - started
+    return outcome

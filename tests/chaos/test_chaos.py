@@ -57,6 +57,7 @@ SMOKE = {
     "handoff-full": 200,
     "leader-kill": 200,
     "node-pause": 200,
+    "partitions-added": 200,
 }
 
 

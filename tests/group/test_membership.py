@@ -655,3 +655,34 @@ def test_leader_rejoins_when_partition_counts_change() -> None:
     )
     assert m.handle(MetadataUpdate({TOPIC: 2, "other": 5}), 0) == []
     only_request(m.handle(MetadataUpdate({TOPIC: 3}), 0), JoinGroupRequest)
+
+
+def test_a_stable_leader_looks_again_at_its_topics_every_metadata_refresh() -> None:
+    m = GroupMachine(config(metadata_refresh_ms=60_000, session_timeout_ms=600_000))
+    m.handle(Subscribe(frozenset({TOPIC})), 0)
+    m.handle(MetadataUpdate({TOPIC: 2}), 0)
+    m.handle(coordinator_found(), 0)
+    member = JoinGroupResponseMember(member_id="member-1", metadata=subscription_bytes(TOPIC))
+    sync = only_request(
+        m.handle(join_ok("member-1", leader="member-1", members=(member,)), 0), SyncGroupRequest
+    )
+    m.handle(
+        sync_ok(tp(TOPIC, 0, 1), decode_assignment(sync.assignments[0].assignment).user_data), 10
+    )
+    assert events_of(m.handle(Tick(), 69), NeedMetadata) == []  # 59 s after the assignment
+    assert events_of(m.handle(Tick(), 70), NeedMetadata) == [NeedMetadata(frozenset({TOPIC}))]
+    assert events_of(m.handle(Tick(), 71), NeedMetadata) == []  # the next one at 130
+    assert m.handle(MetadataUpdate({TOPIC: 2}), 71) == []  # unchanged: nothing
+    assert events_of(m.handle(Tick(), 130), NeedMetadata) == [NeedMetadata(frozenset({TOPIC}))]
+    # Partitions were added: the leader rejoins, and the next assignment covers them.
+    only_request(m.handle(MetadataUpdate({TOPIC: 4}), 130), JoinGroupRequest)
+
+
+def test_a_follower_never_asks_for_metadata_on_its_own() -> None:
+    m = GroupMachine(config(metadata_refresh_ms=1_000, session_timeout_ms=600_000))
+    m.handle(Subscribe(frozenset({TOPIC})), 0)
+    m.handle(coordinator_found(), 0)
+    m.handle(join_ok("member-2", leader="member-1"), 0)
+    m.handle(sync_ok(tp(TOPIC, 0)), 0)
+    assert m.state is S.STABLE
+    assert events_of(m.handle(Tick(), 500), NeedMetadata) == []
