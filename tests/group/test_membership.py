@@ -641,8 +641,8 @@ def test_invalid_inputs_raise() -> None:
     assert s.state is S.STABLE, "a refused input changes nothing"
 
 
-def test_leader_rejoins_when_partition_counts_change() -> None:
-    m = GroupMachine(config())
+def _stable_leader(m: GroupMachine, at: float = 0) -> None:
+    """``m`` leads a group of one on TOPIC (2 partitions) and is stable, from ``at``."""
     m.handle(Subscribe(frozenset({TOPIC})), 0)
     m.handle(MetadataUpdate({TOPIC: 2}), 0)
     m.handle(coordinator_found(), 0)
@@ -651,24 +651,20 @@ def test_leader_rejoins_when_partition_counts_change() -> None:
         m.handle(join_ok("member-1", leader="member-1", members=(member,)), 0), SyncGroupRequest
     )
     m.handle(
-        sync_ok(tp(TOPIC, 0, 1), decode_assignment(sync.assignments[0].assignment).user_data), 0
+        sync_ok(tp(TOPIC, 0, 1), decode_assignment(sync.assignments[0].assignment).user_data), at
     )
+
+
+def test_leader_rejoins_when_partition_counts_change() -> None:
+    m = GroupMachine(config())
+    _stable_leader(m)
     assert m.handle(MetadataUpdate({TOPIC: 2, "other": 5}), 0) == []
     only_request(m.handle(MetadataUpdate({TOPIC: 3}), 0), JoinGroupRequest)
 
 
 def test_a_stable_leader_looks_again_at_its_topics_every_metadata_refresh() -> None:
     m = GroupMachine(config(metadata_refresh_ms=60_000, session_timeout_ms=600_000))
-    m.handle(Subscribe(frozenset({TOPIC})), 0)
-    m.handle(MetadataUpdate({TOPIC: 2}), 0)
-    m.handle(coordinator_found(), 0)
-    member = JoinGroupResponseMember(member_id="member-1", metadata=subscription_bytes(TOPIC))
-    sync = only_request(
-        m.handle(join_ok("member-1", leader="member-1", members=(member,)), 0), SyncGroupRequest
-    )
-    m.handle(
-        sync_ok(tp(TOPIC, 0, 1), decode_assignment(sync.assignments[0].assignment).user_data), 10
-    )
+    _stable_leader(m, at=10)
     assert events_of(m.handle(Tick(), 69), NeedMetadata) == []  # 59 s after the assignment
     assert events_of(m.handle(Tick(), 70), NeedMetadata) == [NeedMetadata(frozenset({TOPIC}))]
     assert events_of(m.handle(Tick(), 71), NeedMetadata) == []  # the next one at 130

@@ -318,6 +318,20 @@ def test_an_unreachable_bootstrap_server_fails_clearly_and_in_bounded_time(tmp_p
         assert took < CONFIG_REFUSAL_S, took
 
 
+def _print_config(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``ingest run -c path --print-config``, which must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "run", "-c", str(path), "--print-config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_print_config_masks_secrets_and_exits(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text(
@@ -325,15 +339,7 @@ def test_print_config_masks_secrets_and_exits(tmp_path: Path) -> None:
         "[kafka.sasl]\nmechanism = 'PLAIN'\nusername = 'u'\npassword_env = 'TEST_INGEST_PW'\n"
         "[source]\ntopics = ['t']\ngroup_id = 'g'\n[table]\nuri = '/tmp/x'\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "run", "-c", str(path), "--print-config"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "TEST_INGEST_PW": "hunter2-secret"},
-    )
-    assert done.returncode == 0, done.stderr
+    done = _print_config(path, TEST_INGEST_PW="hunter2-secret")
     assert "hunter2" not in done.stdout + done.stderr
     assert 'password_env = "TEST_INGEST_PW"  # value: ***' in done.stdout
     assert "[trigger]" in done.stdout and "shutdown_timeout" in done.stdout
@@ -349,15 +355,7 @@ def test_print_config_says_why_the_protocol_is_eager(tmp_path: Path) -> None:
         "[source]\ntopics = ['t']\ngroup_id = 'g'\nassignors = ['cooperative-sticky', 'range']\n"
         "[table]\nuri = '/tmp/x'\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "run", "-c", str(path), "--print-config"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
+    first = _print_config(path).stdout.splitlines()[0]
     assert first.startswith("# rebalance protocol: eager, because source.assignors lists range")
 
 
