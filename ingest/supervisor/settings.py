@@ -125,15 +125,17 @@ def group_config(config: IngestConfig) -> GroupConfig:
 def rebalance_protocol_note(config: IngestConfig) -> str:
     """Which rebalance protocol ``source.assignors`` puts in force, and why: cooperative
     only when every assignor listed supports it (Kafka's rule, ``GroupConfig``)."""
-    assignors = [_ASSIGNORS[name]() for name in config.source.assignors]
-    eager = [
-        a.name for a in assignors if RebalanceProtocol.COOPERATIVE not in a.supported_protocols
-    ]
-    if not eager:
+    group = group_config(config)
+    if group.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
         return (
             "rebalance protocol: cooperative (every assignor in source.assignors supports it): "
             "a rebalance stops only the workers of partitions that change owner"
         )
+    eager = [
+        a.name
+        for a in group.assignors
+        if RebalanceProtocol.COOPERATIVE not in a.supported_protocols
+    ]
     return (
         f"rebalance protocol: eager, because source.assignors lists {', '.join(eager)}: every "
         "rebalance stops every worker; list only cooperative-sticky for cooperative"

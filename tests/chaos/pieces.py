@@ -395,24 +395,6 @@ class Producer:
         self._thread.join(timeout)
 
 
-BURST = 160_000  # 40k records (~4 MB) a partition: four times a worker's 1 MiB share
-MIN_BACKLOG = 1_000  # records past the restart offset that the kill must leave behind
-
-
-def end_offsets(setup: Setup) -> dict[int, int]:
-    """Each partition's log end offset (high watermark), read by a reference client."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": setup.bootstrap, "group.id": unique_name("hw")})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(setup.topic, p), timeout=30)[1]
-            for p in range(PARTITIONS)
-        }
-    finally:
-        consumer.close()
-
-
 def continuous_until_landed(run: Run, setup: Setup, outcome: Outcome, timeout: float = 120) -> None:
     """Waits until the table holds every record, then SIGTERM (a graceful stop)."""
     deadline = time.monotonic() + timeout

@@ -9,17 +9,17 @@ import signal
 import time
 from collections.abc import Mapping
 
+from ingest.testing import unique_name
 from ingest.testing.faults import fault_point_env, kill
 from tests.chaos.pieces import (
-    BURST,
-    MIN_BACKLOG,
+    PARTITIONS,
     CaseFailed,
     ChaosEnv,
     Outcome,
     Producer,
     Run,
+    Setup,
     continuous_until_landed,
-    end_offsets,
     moment,
     orphans,
     prepare,
@@ -29,6 +29,23 @@ from tests.chaos.pieces import (
     wait_moment,
 )
 from tests.runtime.support import row_count
+
+BURST = 160_000  # 40k records (~4 MB) a partition: four times a worker's 1 MiB share
+MIN_BACKLOG = 1_000  # records past the restart offset that the kill must leave behind
+
+
+def end_offsets(setup: Setup) -> dict[int, int]:
+    """Each partition's log end offset (high watermark), read by a reference client."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": setup.bootstrap, "group.id": unique_name("hw")})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(setup.topic, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
 
 
 def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:

@@ -19,6 +19,7 @@ from ingest.worker import (
     EndPosition,
     Event,
     FetchSettings,
+    PartitionFetcher,
     StartPosition,
     WorkerFinished,
     WorkerHandle,
@@ -26,6 +27,19 @@ from ingest.worker import (
 )
 
 E = TypeVar("E")
+
+
+def drain(fetcher: PartitionFetcher, end: int, *, timeout: float = 60.0) -> list[bytes]:
+    """The values a ``PartitionFetcher`` hands on, one Fetch a poll, until its position
+    reaches ``end``."""
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while (fetcher.position or 0) < end:
+        assert time.monotonic() < deadline, f"stuck at {fetcher.position} of {end}"
+        result = fetcher.poll(prefetch=False)
+        if result.batch is not None:
+            values += result.batch.column("value").to_pylist()
+    return values
 
 
 class WatchedHandle(WorkerHandle):

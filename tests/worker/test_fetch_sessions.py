@@ -10,7 +10,6 @@ current epoch is answered to another sender (INVALID_FETCH_SESSION_EPOCH next).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -21,6 +20,7 @@ from ingest.protocol.error_codes import ErrorCode
 from ingest.protocol.messages import FetchRequest, FetchResponse
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from ingest.worker import FetchSettings, PartitionFetcher, StartPosition
+from tests.worker.support import drain
 
 ROUND = 500
 
@@ -60,14 +60,8 @@ def _records(start: int, count: int) -> Iterator[ProducedRecord]:
 
 
 def _drain(fetcher: PartitionFetcher, end: int, *, idle_polls: int = 0) -> list[int]:
-    """Polls until ``end``, then ``idle_polls`` more with nothing new to fetch."""
-    values: list[int] = []
-    deadline = time.monotonic() + 60
-    while (fetcher.position or 0) < end:
-        assert time.monotonic() < deadline, f"stuck at {fetcher.position} of {end}"
-        result = fetcher.poll(prefetch=False)
-        if result.batch is not None:
-            values += [int(v[1:]) for v in result.batch.column("value").to_pylist()]
+    """The record numbers up to ``end``, then ``idle_polls`` polls with nothing new."""
+    values = [int(v[1:]) for v in drain(fetcher, end)]
     for _ in range(idle_polls):
         assert fetcher.poll(prefetch=False).batch is None
     return values

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +18,7 @@ from ingest.client import ClientConfig, Cluster
 from ingest.protocol.messages import FetchRequest
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from ingest.worker import FetchSettings, PartitionFetcher, StartPosition
+from tests.worker.support import drain
 
 COUNT = 2_000
 
@@ -53,17 +53,6 @@ class _SentEpochs:
         cluster.connection = connection  # type: ignore[method-assign]
 
 
-def _drain(fetcher: PartitionFetcher, end: int, timeout: float = 60.0) -> list[bytes]:
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while (fetcher.position or 0) < end:
-        assert time.monotonic() < deadline, f"stuck at {fetcher.position} of {end}"
-        result = fetcher.poll(prefetch=False)
-        if result.batch is not None:
-            values += result.batch.column("value").to_pylist()
-    return values
-
-
 def _fetcher(cluster: Cluster, topic: str) -> PartitionFetcher:
     return PartitionFetcher(
         cluster,
@@ -84,12 +73,12 @@ def test_a_leader_change_is_followed_at_its_new_epoch_and_a_stale_epoch_is_fence
         sent = _SentEpochs(cluster)
         fetcher = _fetcher(cluster, topic)
         try:
-            values = _drain(fetcher, COUNT // 2)
+            values = drain(fetcher, COUNT // 2)
             before = cluster.leader_epoch(topic, 0)
             assert before >= 0 and set(sent.epochs) == {before}, (before, sent.epochs)
             kafka.restart(kill=True)  # the node leads again, at a new leader epoch
             produce(kafka.bootstrap, topic, _records(COUNT, COUNT // 2))
-            values += _drain(fetcher, COUNT + COUNT // 2, timeout=120)
+            values += drain(fetcher, COUNT + COUNT // 2, timeout=120)
             after = cluster.leader_epoch(topic, 0)
             assert after > before, (before, after)
             assert sent.epochs[-1] == after and sent.epochs == sorted(sent.epochs)
@@ -101,7 +90,7 @@ def test_a_leader_change_is_followed_at_its_new_epoch_and_a_stale_epoch_is_fence
             produce(kafka.bootstrap, topic, _records(COUNT + COUNT // 2, COUNT // 2))
             caplog.clear()
             with caplog.at_level(logging.WARNING, logger="ingest.worker"):
-                values += _drain(fetcher, 2 * COUNT)
+                values += drain(fetcher, 2 * COUNT)
         finally:
             fetcher.close()
             cluster.close()

@@ -9,8 +9,6 @@ the fetcher must stop with an error naming the broker's fault (ingest/protocol/t
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import Producer
 
@@ -19,22 +17,12 @@ from ingest.errors import BrokerFaultError
 from ingest.testing import KafkaCluster, create_topic, unique_name
 from ingest.worker import FetchSettings, PartitionFetcher, StartPosition
 from tests.brokers import on_tansu
+from tests.worker.support import drain
 
 # One record per batch. Kafka answers about partition_max_bytes (below), Tansu about 5 MB
 # whatever is asked: 8 of these span answers on both.
 BIG = 900_000
 BIG_RECORDS = 8
-
-
-def _poll_all(fetcher: PartitionFetcher, end: int, *, timeout: float = 20.0) -> list[bytes]:
-    values: list[bytes] = []
-    until = time.monotonic() + timeout
-    while (fetcher.position or 0) < end:
-        assert time.monotonic() < until, f"stuck at {fetcher.position} of {end}"
-        result = fetcher.poll(prefetch=False)
-        if result.batch is not None:
-            values.extend(result.batch.column("value").to_pylist())
-    return values
 
 
 def _aborted_then_committed(
@@ -80,7 +68,7 @@ def test_an_abort_answered_after_its_records_is_never_silent(
     fault: BrokerFaultError | None = None
     values: list[bytes] = []
     try:
-        values = _poll_all(fetcher, end)
+        values = drain(fetcher, end, timeout=20.0)
     except BrokerFaultError as exc:
         fault = exc
     finally:
@@ -117,7 +105,7 @@ def test_an_unlisted_abort_within_one_answer_is_dropped(
     )
     try:
         with caplog.at_level("WARNING", logger="ingest.worker"):
-            values = _poll_all(fetcher, end)
+            values = drain(fetcher, end, timeout=20.0)
     finally:
         fetcher.close()
         cluster.close()
