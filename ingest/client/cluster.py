@@ -42,6 +42,7 @@ from ingest.protocol.messages import (
     MetadataRequest,
     MetadataRequestTopic,
     MetadataResponse,
+    OffsetForLeaderEpochRequest,
 )
 from ingest.protocol.partition import Partition
 from ingest.protocol.schema import Request, Response
@@ -73,6 +74,7 @@ class Cluster:
         self.cluster_id: str | None = None
         self.controller_id = -1
         self._metadata_source = "Metadata"  # who answered the last Metadata, for errors
+        self._trust_list_offsets: bool | None = None  # decided once (trusts_list_offsets)
 
     def __enter__(self) -> Cluster:
         return self
@@ -323,6 +325,27 @@ class Cluster:
         moved are retried after a metadata refresh.
         """
         return list_offsets(self, timestamps, isolation_level=isolation_level)
+
+    def trusts_list_offsets(self) -> bool:
+        """Whether ListOffsets answers are taken at their word (``config.list_offsets``).
+
+        ``auto`` trusts a broker that offers OffsetForLeaderEpoch: Apache Kafka (and the
+        brokers that follow it closely) index offsets by epoch and time, and answer
+        LATEST, a timestamp and MAX_TIMESTAMP right. Tansu 0.6.0 offers no
+        OffsetForLeaderEpoch and answers LATEST and timestamps wrongly, so its answers are
+        checked (``ingest.worker.positions``). Decided once, from the first broker asked.
+        """
+        if self._trust_list_offsets is None:
+            mode = self.config.list_offsets
+            if mode == "auto":
+                negotiation = self.any_connection().negotiation
+                api = negotiation.get(OffsetForLeaderEpochRequest.api_key) if negotiation else None
+                trusted = api is not None and api.broker is not None
+                log.debug("ListOffsets answers %s (auto)", "trusted" if trusted else "checked")
+                self._trust_list_offsets = trusted
+            else:
+                self._trust_list_offsets = mode == "trust"
+        return self._trust_list_offsets
 
     def latest_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         listed = self.list_offsets({tp: LATEST_TIMESTAMP for tp in partitions})

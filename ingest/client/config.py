@@ -18,6 +18,7 @@ from ingest.errors import ConfigError
 __all__ = [
     "SASL_MECHANISMS",
     "ClientConfig",
+    "ListOffsetsAnswers",
     "SaslConfig",
     "SaslMechanismName",
     "Secret",
@@ -135,6 +136,7 @@ class TlsConfig:
         return context
 
 
+ListOffsetsAnswers = Literal["auto", "trust", "check"]
 SaslMechanismName = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -192,6 +194,10 @@ class ClientConfig:
     retry_timeout: float = 30.0
     metadata_max_age: float = 300.0
     allow_auto_topic_creation: bool = False
+    # Whether ListOffsets answers are taken at their word ("trust") or checked against a
+    # Fetch and the records ("check"); "auto" trusts a broker that offers
+    # OffsetForLeaderEpoch, as Apache Kafka does (docs/kafka-compat.md).
+    list_offsets: ListOffsetsAnswers = "auto"
     tls: TlsConfig | None = None
     sasl: SaslConfig | None = None
 
@@ -221,5 +227,9 @@ class ClientConfig:
             raise ConfigError("must be a string", key="client_id")
         if not 0 <= self.backoff_jitter < 1:
             raise ConfigError("must be in [0, 1)", key="backoff_jitter")
+        if self.list_offsets not in ("auto", "trust", "check"):
+            raise ConfigError(
+                f"must be auto, trust or check, got {self.list_offsets!r}", key="list_offsets"
+            )
         if not isinstance(self.max_frame_size, int) or self.max_frame_size < 64:
             raise ConfigError("must be an int of at least 64 bytes", key="max_frame_size")

@@ -44,6 +44,10 @@ class KafkaSection:
     request_timeout: Duration = Duration(30)
     # How long a cluster operation (metadata, coordinator lookup) keeps retrying.
     retry_timeout: Duration = Duration(30)
+    # ListOffsets answers taken at their word ("trust") or checked against a Fetch and the
+    # records ("check", for brokers that answer them wrongly, such as Tansu 0.6.0). "auto"
+    # trusts a broker that offers OffsetForLeaderEpoch, as Apache Kafka does.
+    list_offsets: Literal["auto", "trust", "check"] = "auto"
     tls: TlsSection | None = None
     sasl: SaslSection | None = None
 

@@ -65,6 +65,7 @@ def client_config(config: IngestConfig) -> ClientConfig:
         connect_timeout=float(kafka.connect_timeout),
         request_timeout=float(kafka.request_timeout),
         retry_timeout=float(kafka.retry_timeout),
+        list_offsets=kafka.list_offsets,
         tls=tls,
         sasl=sasl,
     )

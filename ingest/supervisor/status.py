@@ -1,10 +1,12 @@
 """``ingest status``: where each partition stands, and the group as the broker sees it.
 
 Per partition: the group's committed offset (OffsetFetch), the Delta txn
-version (the last offset durable in the table), the end offset (a Fetch's high
-watermark, or last stable offset under read_committed; never ListOffsets alone,
-which Tansu answers wrongly), the lag (end minus where a restart would begin:
-max(committed, txn version + 1)), and when the table last took data of the
+version (the last offset durable in the table), the end offset (the last
+stable offset under read_committed, the high watermark otherwise; checked
+against a Fetch where ListOffsets is not trusted), the lag (end minus where a
+restart would begin: max(committed, txn version + 1)), the high watermark, so
+that offsets held back by an open transaction show, the newest record's
+timestamp (ListOffsets MAX_TIMESTAMP, where offered), and when the table last took data of the
 partition (its txn action's ``lastUpdated``, or the time of the commit that
 holds it). Then the table's last commit. Then the
 group: its state, protocol and members (DescribeGroups; Tansu answers with
@@ -32,6 +34,7 @@ from ingest.supervisor.offsets import (
     as_offsets,
     committed_offsets,
     describe_group,
+    end_marks,
     end_offsets,
     start_offset,
     topic_partitions,
@@ -91,7 +94,8 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
                 f"{', '.join(config.kafka.bootstrap_servers)}: {exc}"
             ) from exc
         committed = as_offsets(committed_offsets(cluster, group, partitions))
-        ends = end_offsets(cluster, partitions, fetch_settings(config))
+        settings = fetch_settings(config)
+        marks = end_marks(cluster, partitions, settings)
         description = describe_group(cluster, group)
     durable = txn_versions(table, partitions)
     last = _last_commit(table.uri, dict(table.storage_options))
@@ -103,7 +107,8 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
     rows = []
     for partition in partitions:
         resume = start_offset(committed[partition], durable[partition])
-        end = ends[partition]
+        mark = marks[partition]
+        end = mark.last_stable_offset if settings.read_committed else mark.high_watermark
         rows.append(
             {
                 "topic": partition.topic,
@@ -112,6 +117,8 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
                 "txn_version": durable[partition],
                 "end": end,
                 "lag": end - (resume or 0),
+                "high_watermark": mark.high_watermark,
+                "newest_record": _iso(mark.newest_timestamp),
                 "last_commit": landed_at[partition],
             }
         )
@@ -139,6 +146,8 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
         "table": {"uri": table.uri, "last_commit": last},
         "partitions": rows,
         "total_lag": sum(r["lag"] for r in rows),
+        "lag_against": "last_stable_offset" if settings.read_committed else "high_watermark",
+        "held_back": {str(p): m.held_back for p, m in marks.items() if m.held_back},
     }
 
 
@@ -168,13 +177,32 @@ def render_text(report: dict[str, Any]) -> str:
             f"table {table['uri']}: version {last['version']}, "
             f"last commit {last['time'] or '-'} ({last['operation'] or '-'})"
         )
-    header = ("topic", "partition", "committed", "txn_version", "end", "lag", "last_commit")
+    header = (
+        "topic",
+        "partition",
+        "committed",
+        "txn_version",
+        "end",
+        "lag",
+        "high_watermark",
+        "newest_record",
+        "last_commit",
+    )
     body = [tuple(_cell(row[key]) for key in header) for row in report["partitions"]]
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     for row in body:
         lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     lines.append(f"total lag {report['total_lag']}")
+    held = report["held_back"]
+    if report["lag_against"] == "last_stable_offset":
+        note = "end and lag are against the last stable offset (isolation read_committed)"
+        if held:
+            parts = ", ".join(f"{p} {n}" for p, n in held.items())
+            note += f"; open transactions hold back offsets: {parts}"
+    else:
+        note = "end and lag are against the high watermark (isolation read_uncommitted)"
+    lines.append(note)
     return "\n".join(lines) + "\n"
 
 

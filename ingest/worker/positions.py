@@ -3,18 +3,20 @@ again on an offset reset.
 
 * committed offset: used as given; if it is out of range, ``auto_offset_reset``.
 * earliest: ListOffsets(EARLIEST).
-* latest: ListOffsets(LATEST), checked against a Fetch's high watermark
-  (``latest_offset_from_high_watermark``).
-* timestamp: ListOffsets(T), then records are skipped until the first one at or
-  after T (``skip_until_timestamp``); no record at or after T yet: the end, as
-  Kafka consumers do.
-* end: an offset as given; latest or a timestamp is the latest offset at start,
-  and a timestamp also ends the run before the first record at or after it.
+* latest: ListOffsets(LATEST) (read_committed: the last stable offset).
+* timestamp: ListOffsets(T), the first record at or after T; no record at or after T
+  yet: the end, as Kafka consumers do.
+* end: an offset as given; latest is the latest offset at start; a timestamp is
+  ListOffsets(T) for the end, so the run ends before the first record at or after T
+  (at the latest offset at start if there is none).
 
 Brokers do not all answer these right (docs/kafka-compat.md; Tansu 0.6.0 gets
-several wrong). Every answer the fetcher does not take at its word is checked in
-the last section of this module, "Answers checked, not trusted", each under the
-name of the behaviour it handles.
+several wrong). Whether an answer is trusted is ``Cluster.trusts_list_offsets``
+(the ``kafka.list_offsets`` setting; by default, detected). An answer not trusted
+is checked as the last section of this module, "Answers checked, not trusted",
+says under the name of the behaviour it handles: LATEST against a Fetch's high
+watermark, a timestamp by skipping records before it, an end timestamp by cutting
+the records at it.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class PositionResolver:
     def resolve(self, start: StartPosition, end: EndPosition | None) -> Resolved:
         """The start position, then the end, as ``start`` and ``end`` ask."""
         skip_before: int | None = None
+        trusted = self.cluster.trusts_list_offsets()
         if start.kind == "offset":
             assert start.value is not None
             position = start.value
@@ -90,6 +93,8 @@ class PositionResolver:
             if listed < 0:
                 # No record at or after T yet: start at the end, as Kafka consumers do.
                 position = self.latest()
+            elif trusted:
+                position = listed
             else:
                 position, skip_before = skip_until_timestamp(listed, start.value)
         end_offset: int | None = None
@@ -97,6 +102,10 @@ class PositionResolver:
         if end is not None:
             if end.kind == "offset":
                 end_offset = end.value
+            elif end.kind == "timestamp" and trusted:
+                assert end.value is not None
+                listed = self.list_offset(end.value)
+                end_offset = listed if listed >= 0 else self.latest()
             else:
                 end_offset = self.latest()
                 if end.kind == "timestamp":
@@ -114,12 +123,15 @@ class PositionResolver:
 
     def latest(self) -> int:
         """The end of the partition (read_committed: its last stable offset)."""
+        listed = self.list_offset(LATEST_TIMESTAMP)
+        if self.cluster.trusts_list_offsets():
+            return listed
         partition_max_bytes, max_bytes = self._sizes()
         return latest_offset_from_high_watermark(
             self.cluster,
             self.tp,
             self.settings,
-            self.list_offset(LATEST_TIMESTAMP),
+            listed,
             partition_max_bytes=partition_max_bytes,
             max_bytes=max_bytes,
         )

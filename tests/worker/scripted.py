@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.client import ClientConfig, Cluster
+from ingest.protocol.codec import SUPPORTED_VERSIONS
 from ingest.protocol.headers import RequestHeader
 from ingest.protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     AbortedTransaction,
+    ApiVersionsRequest,
     FetchableTopicResponse,
     FetchRequest,
     FetchResponse,
@@ -157,7 +159,10 @@ class ScriptedLeader:
             ListOffsetsRequest.api_key: self._list_offsets,
             FetchRequest.api_key: self._fetch,
         }
-        self.peer = ScriptedPeer(kafka_script(handlers))
+        # It advertises what it answers, so no OffsetForLeaderEpoch: like Tansu, its
+        # ListOffsets answers are checked, not trusted (Cluster.trusts_list_offsets).
+        ranges = {key: SUPPORTED_VERSIONS[key] for key in (*handlers, ApiVersionsRequest.api_key)}
+        self.peer = ScriptedPeer(kafka_script(handlers, ranges=ranges))
         self.port = self.peer.port
 
     @property

@@ -66,6 +66,8 @@ from ingest.protocol.messages.leader_epoch import (
 from ingest.protocol.messages.list_offsets import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    MAX_TIMESTAMP_MIN_VERSION,
     ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
@@ -137,6 +139,8 @@ __all__ = [
     "COORDINATOR_TRANSACTION",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "MAX_TIMESTAMP_MIN_VERSION",
     "REQUESTS",
     "REQUEST_TYPES",
     "RESPONSES",

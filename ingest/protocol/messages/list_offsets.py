@@ -21,6 +21,9 @@ from ingest.protocol.schema import (
 # Special ListOffsets timestamps.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+# The record with the largest timestamp (KIP-734): version 7 and later.
+MAX_TIMESTAMP = -3
+MAX_TIMESTAMP_MIN_VERSION = 7
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
