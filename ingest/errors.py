@@ -36,6 +36,8 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   │                            from its segments (ingest/sink/delta.py)
     │   └── SparkStartError          the Spark session did not start (its JVM exited or never
     │                                answered): no later batch can land in this process
+    ├── LogTruncationError           the log diverged below a restored position (KIP-320):
+    │                                records the table holds are no longer the broker's
     ├── DependencyError              Java or a Maven artifact missing or unresolvable
     └── HarnessError                 the test harness could not start or stop a server
 
@@ -203,6 +205,24 @@ class SinkError(IngestError):
 class SparkStartError(SinkError):
     """The Spark session did not start; the provider keeps the failure, so a retry in the
     same process would only meet it again."""
+
+
+class LogTruncationError(IngestError):
+    """OffsetForLeaderEpoch says the partition's log no longer holds the records before
+    the position restored from a commit: offsets ``first_offset`` to ``position - 1``
+    were read, but the broker has other records there now (or none). Never retried:
+    the same log answers the same way (ingest/worker/truncation.py)."""
+
+    retriable = False
+
+    def __init__(
+        self, message: str, *, topic: str, partition: int, first_offset: int, position: int
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.first_offset = first_offset
+        self.position = position
 
 
 class DependencyError(IngestError):

@@ -113,6 +113,7 @@ class CommandHandlers(MachineCore):
             offsets=event.offsets,
             metadata=event.metadata,
             version=version,
+            leader_epochs=event.leader_epochs,
         )
         self._send(out, request, version, commit=event)
         return STAY

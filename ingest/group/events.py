@@ -86,10 +86,15 @@ class Leave:
 
 @dataclass(frozen=True)
 class Commit:
-    """Commit ``offsets`` (the next offset to read per partition) with ``metadata``."""
+    """Commit ``offsets`` (the next offset to read per partition) with ``metadata``.
+
+    ``leader_epochs``: per partition, the leader epoch of the last record consumed
+    (KIP-320), sent as ``committed_leader_epoch`` (OffsetCommit v6+); -1 or absent:
+    unknown."""
 
     offsets: Mapping[Partition, int]
     metadata: str | None = None
+    leader_epochs: Mapping[Partition, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         offsets = MappingProxyType(dict(self.offsets))
@@ -97,6 +102,12 @@ class Commit:
             if offset < 0:
                 raise ValueError(f"offset {offset} for {partition} is negative")
         object.__setattr__(self, "offsets", offsets)
+        epochs = MappingProxyType(dict(self.leader_epochs))
+        if not epochs.keys() <= offsets.keys():
+            raise ValueError(
+                f"leader epochs for partitions not committed: {set(epochs) - set(offsets)}"
+            )
+        object.__setattr__(self, "leader_epochs", epochs)
 
     def __deepcopy__(self, memo: dict[int, object]) -> Commit:
         return self  # immutable (a read-only mapping, which cannot be pickled)

@@ -165,7 +165,11 @@ def offset_commit_request(
     offsets: Mapping[Partition, int],
     metadata: str | None,
     version: int,
+    leader_epochs: Mapping[Partition, int] | None = None,
 ) -> OffsetCommitRequest:
+    """``leader_epochs`` go out as ``committed_leader_epoch`` from v6 (older versions have
+    no such field, and the codec leaves it out)."""
+    epochs = leader_epochs or {}
     topics = tuple(
         OffsetCommitRequestTopic(
             name=topic,
@@ -173,6 +177,7 @@ def offset_commit_request(
                 OffsetCommitRequestPartition(
                     partition_index=index,
                     committed_offset=offsets[Partition(topic, index)],
+                    committed_leader_epoch=epochs.get(Partition(topic, index), -1),
                     committed_metadata=metadata,
                 )
                 for index in indexes

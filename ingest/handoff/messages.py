@@ -35,6 +35,9 @@ class SegmentSealed:
     bytes: int
     min_timestamp: int
     max_timestamp: int
+    # The partition leader epoch of the batch holding ``next_offset - 1`` (KIP-320): the
+    # OffsetCommit of ``next_offset`` carries it. -1: unknown.
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

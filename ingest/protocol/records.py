@@ -149,6 +149,7 @@ __all__ = [
     "CorruptKind",
     "DecodedRecords",
     "RecordError",
+    "batch_epochs",
     "bound_skipped_batches",
     "control_marker",
     "crc32c",
@@ -205,6 +206,9 @@ class DecodedRecords:
     unlisted_aborts: tuple[UnlistedAbort, ...] = ()
     carried_aborts: tuple[UnlistedAbort, ...] = ()
     open_transactions: tuple[tuple[int, int], ...] = ()
+    # (base offset, partition leader epoch) of each valid batch whose epoch differs from
+    # the batch before it (KIP-101): the epoch of any offset read is the last at or below it.
+    epochs: tuple[tuple[int, int], ...] = ()
 
 
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
@@ -298,6 +302,7 @@ def decode_records(
 
     if len(corrupt) > 1:
         corrupt.sort(key=lambda item: item[0])
+    epochs = batch_epochs(view, entry_table()[:complete]) if complete else ()
     return DecodedRecords(
         batch=batch_from_kernel(out, topic),
         next_offset=next_offset,
@@ -306,7 +311,33 @@ def decode_records(
         unlisted_aborts=tuple(walk.unlisted) if walk is not None else (),
         carried_aborts=tuple(walk.carried_aborts) if walk is not None else (),
         open_transactions=walk.open_transactions() if walk is not None else (),
+        epochs=epochs,
     )
+
+
+# partition_leader_epoch: int32 after base_offset (int64) and batch_length (int32).
+_EPOCH_AT = 12
+
+
+def batch_epochs(view: memoryview, entries: Any) -> tuple[tuple[int, int], ...]:
+    """(base offset, partition leader epoch) where the epoch changes, over the valid
+    batches of a scan's ``entries``; the first valid batch always starts a run."""
+    valid = entries[entries["status"] == _OK]
+    if not len(valid):
+        return ()
+    raw = np.frombuffer(view, dtype=np.uint8)
+    at = valid["start"].astype(np.int64) + _EPOCH_AT
+    epochs = (
+        (raw[at].astype(np.int64) << 24)
+        | (raw[at + 1].astype(np.int64) << 16)
+        | (raw[at + 2].astype(np.int64) << 8)
+        | raw[at + 3].astype(np.int64)
+    )
+    epochs = np.where(epochs >= 2**31, epochs - 2**32, epochs)
+    change = np.ones(len(epochs), dtype=bool)
+    change[1:] = epochs[1:] != epochs[:-1]
+    bases = valid["base_offset"][change]
+    return tuple((int(b), int(e)) for b, e in zip(bases, epochs[change], strict=True))
 
 
 def _select(

@@ -105,7 +105,7 @@ class _Batch:
         (
             self.base_offset,
             self.length,
-            _epoch,
+            self.leader_epoch,
             _magic,
             self.crc,
             self.attributes,
@@ -361,6 +361,10 @@ def decode_records_reference(
             report_batch(batch, reason, "structure")
 
     everything = sorted(corrupt + late, key=lambda item: item.position)
+    epochs: list[tuple[int, int]] = []
+    for batch in batches:
+        if not epochs or epochs[-1][1] != batch.leader_epoch:
+            epochs.append((batch.base_offset, batch.leader_epoch))
     return DecodedRecords(
         batch=_to_arrow(rows, topic, partition),
         next_offset=next_offset,
@@ -369,6 +373,7 @@ def decode_records_reference(
         unlisted_aborts=tuple(unlisted),
         carried_aborts=tuple(carried_aborts),
         open_transactions=tuple(sorted(still_open.items())) if read_committed else (),
+        epochs=tuple(epochs),
     )
 
 

@@ -20,6 +20,7 @@ from ingest.errors import (
 from ingest.faults import fault_point
 from ingest.group import (
     CommitFailed,
+    CommittedOffset,
     Fatal,
     Fenced,
     MemberState,
@@ -190,7 +191,8 @@ class GroupSource:
         )
         if not new:
             return
-        committed = self._fetch_committed(new)
+        fetched = self._fetch_committed(new)
+        committed = {p: committed_value(fetched[p]) for p in new}
         durable = txn_versions(self.engine.table, new)
         missing = [p for p in new if self.until_end and p not in self.ends]
         if missing:
@@ -199,8 +201,12 @@ class GroupSource:
         repairs: dict[Partition, int] = {}
         for partition in new:
             offset = start_offset(committed[partition], durable[partition])
+            restored = fetched[partition]
             if offset is not None:
-                start = StartPosition.offset(offset)
+                # The committed leader epoch goes with the committed offset only: a table
+                # ahead of the group (a crash between the commits) leaves it unknown.
+                epoch = restored.leader_epoch if restored and restored.offset == offset else -1
+                start = StartPosition.offset(offset, epoch)
             elif self.engine.config.source.auto_offset_reset == "latest":
                 start = StartPosition.latest()
             else:
@@ -217,7 +223,19 @@ class GroupSource:
                     Change.FAIL, failure="no committed offset and source.auto_offset_reset = fail"
                 )
                 continue
-            if end is not None and offset is not None and offset >= self.ends[partition]:
+            if end is not None and offset is not None and offset > self.ends[partition]:
+                # The log ends below what the group and the table hold: truncated under
+                # them (an unclean election) or re-created. The worker validates the
+                # position (OffsetForLeaderEpoch) before it finishes at once.
+                event(
+                    log,
+                    "end_below_position",
+                    level=logging.WARNING,
+                    partition=str(partition),
+                    end=self.ends[partition],
+                    position=offset,
+                )
+            elif end is not None and offset is not None and offset == self.ends[partition]:
                 state.change(Change.FINISH)
                 state.first_offset = state.landed_next = state.resume_offset = offset
                 continue
@@ -228,14 +246,16 @@ class GroupSource:
             event(log, "commit_repair", offsets={str(p): o for p, o in sorted(repairs.items())})
             self._commit_owned(repairs)
 
-    def _fetch_committed(self, partitions: list[Partition]) -> dict[Partition, int | None]:
+    def _fetch_committed(
+        self, partitions: list[Partition]
+    ) -> dict[Partition, CommittedOffset | None]:
         deadline = time.monotonic() + float(self.engine.config.kafka.retry_timeout)
         while True:
             answer = self._member().fetch_committed(
                 partitions, timeout=float(self.engine.config.kafka.request_timeout) + 5
             )
             if not isinstance(answer, OffsetFetchFailed):
-                return {p: committed_value(answer.offsets.get(p)) for p in partitions}
+                return {p: answer.offsets.get(p) for p in partitions}
             if not answer.retriable or time.monotonic() > deadline:
                 raise GroupError(
                     f"OffsetFetch for {', '.join(map(str, partitions))} failed: "
@@ -336,7 +356,12 @@ class GroupSource:
         metadata = (
             None if self.engine.last_table_version is None else str(self.engine.last_table_version)
         )
-        self._member().commit_async(offsets, metadata)
+        epochs = {
+            p: self.engine.states[p].landed_epoch
+            for p in offsets
+            if self.engine.states[p].landed_epoch >= 0
+        }
+        self._member().commit_async(offsets, metadata, epochs)
         self._commit_in_flight = _CommitInFlight(offsets, self.engine.last_table_version)
         return True
 

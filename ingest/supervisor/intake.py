@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ingest.errors import BrokerFaultError
+from ingest.errors import BrokerFaultError, LogTruncationError
 from ingest.handoff import CorruptRangeReported, SegmentSealed
 from ingest.handoff.store import HandoffSpaceExhausted
 from ingest.logs import event
@@ -136,9 +136,10 @@ class Intake:
         if message.error_type == HandoffSpaceExhausted.__name__:
             # Every worker would meet the same full filesystem: no restart loop.
             raise HandoffSpaceExhausted(message.message)
-        if message.error_type == BrokerFaultError.__name__:
+        if message.error_type in (BrokerFaultError.__name__, LogTruncationError.__name__):
             # The same broker answers the same way: no restart, and what the worker
-            # sealed but did not land may hold the records it condemns.
+            # sealed but did not land may hold the records it condemns. A truncated log
+            # (LogTruncationError) stays truncated: a restart would meet it again.
             state.change(Change.FAIL, failure=message.message)
             self.pool.abandon_pending(state)
             self.metrics.set(

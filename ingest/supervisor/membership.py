@@ -196,9 +196,14 @@ class GroupMember:
         self._put(Command(Commit(offsets, metadata), reply))
         return self._answer(reply, timeout, OffsetsCommitted, CommitFailed)
 
-    def commit_async(self, offsets: Mapping[Partition, int], metadata: str | None = None) -> None:
+    def commit_async(
+        self,
+        offsets: Mapping[Partition, int],
+        metadata: str | None = None,
+        leader_epochs: Mapping[Partition, int] | None = None,
+    ) -> None:
         """Commit without waiting; the OffsetsCommitted or CommitFailed comes from ``poll``."""
-        self._put(Command(Commit(offsets, metadata)))
+        self._put(Command(Commit(offsets, metadata, leader_epochs or {})))
 
     def fetch_committed(
         self, partitions: Iterable[Partition], *, timeout: float | None = None

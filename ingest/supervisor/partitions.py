@@ -94,6 +94,9 @@ class PartitionState:
     committed: int | None = None
     durable: int | None = None
     landed_next: int | None = None  # next offset after the last released (durable) item
+    # The leader epoch of the last segment landed (-1: unknown): an OffsetCommit of what
+    # is durable carries it as committed_leader_epoch (KIP-320).
+    landed_epoch: int = -1
     crashes: dict[int, int] = field(default_factory=dict)
     restart_at: float | None = None  # when RESTARTING: the restart is due then
     abandon: bool = False  # revoked: new segments are dropped, not batched

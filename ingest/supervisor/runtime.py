@@ -55,7 +55,7 @@ from ingest.faults import fault_point
 from ingest.group import (
     Partition,
 )
-from ingest.handoff import HandoffStore
+from ingest.handoff import HandoffStore, SegmentSealed
 from ingest.logs import event
 from ingest.supervisor.backpressure import GlobalBufferCap
 from ingest.supervisor.batcher import Batcher, jvm_exit_code, owner_of
@@ -374,6 +374,11 @@ class Engine:
             following = [o for o in (item_next_offset(i) for i in items) if o is not None]
             if following:
                 state.landed_next = max(max(following), state.landed_next or 0)
+            segments = [i for i in items if isinstance(i, SegmentSealed)]
+            if segments:
+                last = max(segments, key=lambda i: i.next_offset)
+                if last.leader_epoch >= 0:
+                    state.landed_epoch = last.leader_epoch
         event(
             log,
             "batch_committed",

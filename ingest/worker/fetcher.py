@@ -434,6 +434,7 @@ class PartitionFetcher:
             corrupt=corrupt,
             finished=self.finished,
             fetched_bytes=size,
+            epochs=decoded.epochs,
         )
 
     def _skip_before_timestamp(self, batch: pa.RecordBatch, target: int) -> pa.RecordBatch:

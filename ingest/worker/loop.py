@@ -22,6 +22,7 @@ for ``handoff.full_timeout``, the worker fails with ``HandoffSpaceExhausted``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -37,6 +38,7 @@ from ingest.handoff.segment import SegmentWriter
 from ingest.handoff.space import free_bytes
 from ingest.handoff.store import HandoffFull, HandoffSpaceExhausted
 from ingest.protocol.records import OFFSET_COLUMN, int64_values
+from ingest.worker.epochs import EpochTrack
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.messages import (
     BackpressureChanged,
@@ -130,6 +132,7 @@ class PartitionWorker:
         self._full_since: float | None = None
         self.records = 0
         self.segments = 0
+        self.epochs = EpochTrack()  # leader epochs of the offsets fetched
 
     @property
     def topic(self) -> str:
@@ -208,6 +211,7 @@ class PartitionWorker:
         return self.unacked_bytes + incoming < self.max_unacked_bytes
 
     def _take(self, result: FetchResult) -> None:
+        self.epochs.note(result.epochs)
         for reset in result.resets:
             self._seal(next_offset=reset.old_offset)
             self.writer.skip_to(reset.new_offset)
@@ -365,6 +369,9 @@ class PartitionWorker:
             self._track(sealed)
 
     def _track(self, item: SegmentSealed | CorruptRangeReported) -> None:
+        if isinstance(item, SegmentSealed):
+            item = dataclasses.replace(item, leader_epoch=self.epochs.at(item.next_offset - 1))
+            self.epochs.trim(item.next_offset - 1)
         item_id = item.segment_id if isinstance(item, SegmentSealed) else item.corrupt_id
         self._unacked[item_id] = item.bytes
         self._unacked_sealed += item.bytes

@@ -1,7 +1,8 @@
 """Where a partition's run starts and ends, resolved once before the first Fetch and
 again on an offset reset.
 
-* committed offset: used as given; if it is out of range, ``auto_offset_reset``.
+* committed offset: used as given once OffsetForLeaderEpoch shows the log still holds
+  the records before it (``truncation.py``); if it is out of range, ``auto_offset_reset``.
 * earliest: ListOffsets(EARLIEST).
 * latest: ListOffsets(LATEST) (read_committed: the last stable offset).
 * timestamp: ListOffsets(T), the first record at or after T; no record at or after T
@@ -33,6 +34,7 @@ from ingest.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetch
 from ingest.protocol.partition import Partition
 from ingest.worker.session import FINAL_EPOCH, fetch_request, partition_data
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition
+from ingest.worker.truncation import validate_position
 
 __all__ = [
     "END_PROBE_MAX_WAIT_MS",
@@ -83,6 +85,13 @@ class PositionResolver:
         if start.kind == "offset":
             assert start.value is not None
             position = start.value
+            validate_position(
+                self.cluster,
+                self.tp,
+                position,
+                start.leader_epoch,
+                self.settings.auto_offset_reset,
+            )
         elif start.kind == "earliest":
             position = self.earliest()
         elif start.kind == "latest":

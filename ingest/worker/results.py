@@ -46,6 +46,8 @@ class FetchResult:
     resets: tuple[OffsetReset, ...] = ()
     finished: bool = False
     fetched_bytes: int = 0
+    # (base offset, leader epoch) where the epoch changes in this answer's batches.
+    epochs: tuple[tuple[int, int], ...] = ()
 
     @property
     def rows(self) -> int:

@@ -27,10 +27,15 @@ _INT32_MAX = 2**31 - 1
 @dataclass(frozen=True, slots=True)
 class StartPosition:
     """Where a worker starts: a committed offset, the earliest or latest offset, or a
-    timestamp (the first record whose timestamp is at or after it)."""
+    timestamp (the first record whose timestamp is at or after it).
+
+    An offset restored from a commit carries the committed ``leader_epoch`` (the epoch
+    of the last record before it; -1: unknown), which the worker validates with
+    OffsetForLeaderEpoch before its first Fetch (``truncation.py``)."""
 
     kind: StartKind
     value: int | None = None
+    leader_epoch: int = -1
 
     def __post_init__(self) -> None:
         if self.kind not in ("offset", "earliest", "latest", "timestamp"):
@@ -40,10 +45,12 @@ class StartPosition:
             raise ConfigError(f"start {self.kind!r} {'needs' if needs_value else 'takes no'} value")
         if self.value is not None and self.value < 0:
             raise ConfigError(f"start {self.kind} must be >= 0, got {self.value}", key="start")
+        if self.leader_epoch >= 0 and self.kind != "offset":
+            raise ConfigError(f"a {self.kind} start has no leader epoch", key="start")
 
     @classmethod
-    def offset(cls, offset: int) -> StartPosition:
-        return cls("offset", offset)
+    def offset(cls, offset: int, leader_epoch: int = -1) -> StartPosition:
+        return cls("offset", offset, leader_epoch)
 
     @classmethod
     def earliest(cls) -> StartPosition:

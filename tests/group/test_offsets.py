@@ -27,6 +27,7 @@ from ingest.group import (
     Tick,
 )
 from ingest.group.requests import commit_error
+from ingest.protocol.codec import decode_request, encode_request
 from ingest.protocol.error_codes import error_for
 from ingest.protocol.messages import (
     JoinGroupRequest,
@@ -97,6 +98,32 @@ def test_commit_before_v7_leaves_out_the_instance_id() -> None:
     s(sync_ok(tp(TOPIC, 0, 1)))
     request = only_request(s(Commit({P0: 1})), OffsetCommitRequest)
     assert request.group_instance_id is None and request.member_id == "member-1"
+
+
+def test_commit_carries_the_leader_epochs_given_and_minus_one_elsewhere() -> None:
+    s = stable()
+    request = only_request(s(Commit(OFFSETS, leader_epochs={P0: 5})), OffsetCommitRequest)
+    (topic,) = request.topics
+    assert [(p.partition_index, p.committed_leader_epoch) for p in topic.partitions] == [
+        (0, 5),
+        (1, -1),
+    ]
+    with pytest.raises(ValueError, match="not committed"):
+        Commit({P0: 1}, leader_epochs={P1: 3})
+
+
+def test_commit_before_v6_has_no_leader_epoch_to_carry() -> None:
+    s = Script(config())
+    s(Subscribe(frozenset({TOPIC})))
+    s(CoordinatorFound(1, "h", 1, CoordinatorVersions(offset_commit=5)))
+    s(join_ok("member-1"))
+    s(sync_ok(tp(TOPIC, 0, 1)))
+    out = s(Commit({P0: 1}, leader_epochs={P0: 5}))
+    request = only_request(out, OffsetCommitRequest)
+    # The field is there to build, and the codec leaves it out at v5 (it is ignorable).
+    frame = encode_request(request, version=5, correlation_id=1, client_id="c")
+    _, decoded = decode_request(frame[4:])
+    assert decoded.topics[0].partitions[0].committed_leader_epoch == -1
 
 
 @pytest.mark.parametrize("code", [E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID])

@@ -66,6 +66,7 @@ def assert_same(fast: DecodedRecords, reference: DecodedRecords) -> None:
     assert fast.unlisted_aborts == reference.unlisted_aborts
     assert fast.carried_aborts == reference.carried_aborts
     assert fast.open_transactions == reference.open_transactions
+    assert fast.epochs == reference.epochs
 
 
 def column(decoded: DecodedRecords, name: str) -> list[Any]:
@@ -814,3 +815,21 @@ def test_decoding_a_batch_does_not_import_pandas() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_leader_epochs_are_reported_where_they_change() -> None:
+    def batch(base: int, epoch: int, **kwargs: Any) -> bytes:
+        records = [Record(value=b"v%d" % i) for i in range(3)]
+        return build_batch(records, base_offset=base, partition_leader_epoch=epoch, **kwargs)
+
+    data = (
+        batch(0, 4)
+        + batch(3, 4, compression="lz4")
+        + batch(6, 7)
+        + batch(9, 7, crc=1)  # corrupt: not a batch whose epoch counts
+        + batch(12, 9)
+    )
+    decoded = decode_both(data)
+    assert decoded.epochs == ((0, 4), (6, 7), (12, 9))
+    assert decode_both(b"").epochs == ()
+    assert decode_both(batch(0, -1)).epochs == ((0, -1),)
