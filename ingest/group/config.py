@@ -10,6 +10,7 @@ from ingest.group.assignors import Assignor, CooperativeStickyAssignor
 from ingest.group.types import RebalanceProtocol
 from ingest.protocol.codec import API_NAMES, SUPPORTED_VERSIONS
 from ingest.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -32,6 +33,8 @@ class CoordinatorVersions:
 
     The driver negotiates them (``negotiate``) from the coordinator's ApiVersions
     answer; the defaults are the highest versions our codec implements.
+    ``consumer_group_heartbeat`` (KIP-848, the consumer protocol's one group API) is
+    None when the coordinator does not offer it: only ``ConsumerMachine`` needs it.
     """
 
     join_group: int = _highest(JoinGroupRequest)
@@ -40,6 +43,7 @@ class CoordinatorVersions:
     leave_group: int = _highest(LeaveGroupRequest)
     offset_commit: int = _highest(OffsetCommitRequest)
     offset_fetch: int = _highest(OffsetFetchRequest)
+    consumer_group_heartbeat: int | None = _highest(ConsumerGroupHeartbeatRequest)
 
     @classmethod
     def negotiate(cls, broker: Mapping[int, tuple[int, int]]) -> CoordinatorVersions:
@@ -59,7 +63,11 @@ class CoordinatorVersions:
                 )
             return high
 
+        heartbeat_key = ConsumerGroupHeartbeatRequest.api_key
         return cls(
+            consumer_group_heartbeat=(
+                pick(ConsumerGroupHeartbeatRequest) if heartbeat_key in broker else None
+            ),
             join_group=pick(JoinGroupRequest),
             sync_group=pick(SyncGroupRequest),
             heartbeat=pick(HeartbeatRequest),

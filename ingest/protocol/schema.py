@@ -347,7 +347,8 @@ def _reader_for(kind: FieldKind, version: int, flexible: bool, nullable: bool) -
     if isinstance(kind, ArrayOf):
         element = _reader_for(kind.element, version, flexible, False)
         return _array_reader(element, flexible, nullable)
-    return codec_for(kind, version, flexible).decode
+    decode = codec_for(kind, version, flexible).decode
+    return _nullable_struct_reader(decode) if nullable else decode
 
 
 def _writer_for(kind: FieldKind, version: int, flexible: bool, nullable: bool) -> Writer:
@@ -359,7 +360,28 @@ def _writer_for(kind: FieldKind, version: int, flexible: bool, nullable: bool) -
     if isinstance(kind, ArrayOf):
         element = _writer_for(kind.element, version, flexible, False)
         return _array_writer(element, flexible, nullable)
-    return codec_for(kind, version, flexible).encode_into
+    encode = codec_for(kind, version, flexible).encode_into
+    return _nullable_struct_writer(encode) if nullable else encode
+
+
+def _nullable_struct_reader(decode: Decoder) -> Decoder:
+    """A nullable struct, as Kafka writes one: an int8 marker (negative: null), then the struct."""
+
+    def read(r: Reader) -> Any:
+        return None if r.int8() < 0 else decode(r)
+
+    return read
+
+
+def _nullable_struct_writer(encode: Writer) -> Writer:
+    def write(buf: bytearray, value: Any) -> None:
+        if value is None:
+            p.write_int8(buf, -1)
+            return
+        p.write_int8(buf, 1)
+        encode(buf, value)
+
+    return write
 
 
 def _prefixed_decode_error(exc: DecodeError, name: str | None) -> DecodeError:

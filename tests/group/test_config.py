@@ -63,8 +63,16 @@ def test_versions_negotiate_to_the_highest_common_version() -> None:
         OffsetFetchRequest.api_key: (0, 9),
     }
     assert CoordinatorVersions.negotiate(broker) == CoordinatorVersions(
-        join_group=6, sync_group=5, heartbeat=4, leave_group=2, offset_commit=8, offset_fetch=8
+        join_group=6,
+        sync_group=5,
+        heartbeat=4,
+        leave_group=2,
+        offset_commit=9,
+        offset_fetch=8,
+        consumer_group_heartbeat=None,  # not offered: only the consumer protocol needs it
     )
+    offered = CoordinatorVersions.negotiate({**broker, 68: (0, 2)})
+    assert offered.consumer_group_heartbeat == 1
     with pytest.raises(UnsupportedVersionError, match="lacks JoinGroup"):
         CoordinatorVersions.negotiate(
             {k: v for k, v in broker.items() if k != JoinGroupRequest.api_key}

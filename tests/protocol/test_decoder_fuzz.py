@@ -166,3 +166,21 @@ READERS = [
 def test_primitive_readers(data: bytes) -> None:
     for read in READERS:
         _decodes_or_raises_decode_error(lambda raw: read(Reader(raw)), data)  # noqa: B023
+
+
+HEARTBEAT_VERSIONS = [
+    (cls, v) for cls, v in RESPONSE_VERSIONS if cls.__name__ == "ConsumerGroupHeartbeatResponse"
+]
+
+
+@FUZZ
+@given(pair=st.sampled_from(HEARTBEAT_VERSIONS), seed=st.integers(0, 7), draw=st.data())
+def test_consumer_group_heartbeat_decoder_on_mutated_frames(
+    pair: tuple[type[Response], int], seed: int, draw: st.DataObject
+) -> None:
+    """The consumer-protocol machine's one answer (KIP-848), on its own: DecodeError or a message."""
+    cls, version = pair
+    data = draw.draw(st.one_of(mutated(_valid_response_body(cls, version, seed)), st.binary()))
+    _decodes_or_raises_decode_error(
+        lambda raw: codec.decode_response(cls.api_key, version, memoryview(raw)), data
+    )

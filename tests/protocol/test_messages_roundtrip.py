@@ -70,8 +70,8 @@ def test_round_trip_every_version(cls: type[Message], version: int) -> None:
 def test_supported_versions_cover_the_brief() -> None:
     expected = {
         18: (0, 3), 3: (1, 12), 10: (1, 4), 11: (2, 9), 14: (1, 5), 12: (1, 4), 13: (1, 5),
-        9: (1, 8), 8: (2, 8), 2: (1, 7), 1: (4, 12), 17: (1, 1), 36: (0, 2), 15: (1, 5), 16: (1, 4),
-        23: (2, 4),
+        9: (1, 8), 8: (2, 9), 2: (1, 7), 1: (4, 12), 17: (1, 1), 36: (0, 2), 15: (1, 5), 16: (1, 4),
+        23: (2, 4), 68: (0, 1), 69: (0, 1),
     }  # fmt: skip
     assert expected == codec.SUPPORTED_VERSIONS
     assert codec.API_NAMES[1] == "Fetch" and codec.API_NAMES[18] == "ApiVersions"
@@ -209,7 +209,7 @@ def _json_default(field: dict[str, Any]) -> Any:
     type_name = field["type"]
     raw = field.get("default")
     if type_name.startswith("[]"):
-        return ()
+        return None if raw == "null" else ()
     if raw is None:
         if type_name in _ZERO:
             return _ZERO[type_name]
@@ -343,3 +343,44 @@ def test_decode_errors_name_the_field_path_and_offset() -> None:
     with pytest.raises(DecodeError, match="trailing") as excinfo:
         codec.decode_response(1, 12, memoryview(frame + b"\x00"))
     assert excinfo.value.offset == len(frame)
+
+
+def test_consumer_group_heartbeat_regex_is_refused_before_v1() -> None:
+    from ingest.protocol.messages import ConsumerGroupHeartbeatRequest
+
+    request = ConsumerGroupHeartbeatRequest(
+        group_id="g", member_id="m", subscribed_topic_regex="^orders-.*"
+    )
+    codec.encode_request(request, version=1, correlation_id=1, client_id=None)
+    with pytest.raises(EncodeError) as excinfo:
+        codec.encode_request(request, version=0, correlation_id=1, client_id=None)
+    assert excinfo.value.field == "ConsumerGroupHeartbeatRequest.subscribed_topic_regex"
+    assert "v0" in str(excinfo.value)
+
+
+def test_a_nullable_struct_is_an_int8_marker_then_the_struct() -> None:
+    from ingest.protocol.messages import (
+        Assignment,
+        ConsumerGroupHeartbeatResponse,
+        TopicPartitions,
+    )
+
+    present = ConsumerGroupHeartbeatResponse(
+        member_epoch=3,
+        assignment=Assignment(topic_partitions=(TopicPartitions(partitions=(1,)),)),
+    )
+    absent = ConsumerGroupHeartbeatResponse(member_epoch=3)
+    frames = [
+        bytes(codec.encode_response(r, version=1, correlation_id=1)) for r in (present, absent)
+    ]
+    # Same (past the size) up to the marker: 4 + 4 + 1 + 4 + 2 + 1 + 1 + 4 + 4 = 25 bytes in.
+    assert frames[0][4:25] == frames[1][4:25]
+    assert (frames[0][25], frames[1][25]) == (0x01, 0xFF)
+    assert len(frames[1]) == 27  # the marker and the body's tagged fields, nothing else
+    # Kafka reads any negative marker as null, any other as a struct.
+    other_null = bytearray(frames[1])
+    other_null[25] = 0x80
+    _, decoded = codec.decode_response(68, 1, memoryview(bytes(other_null))[4:])
+    assert decoded == absent
+    with pytest.raises(DecodeError):  # a marker, then no struct
+        codec.decode_response(68, 1, memoryview(frames[1][:25] + b"\x01\x00")[4:])

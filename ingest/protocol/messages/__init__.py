@@ -13,6 +13,30 @@ from ingest.protocol.messages.api_versions import (
     FinalizedFeatureKey,
     SupportedFeatureKey,
 )
+from ingest.protocol.messages.consumer_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    Assignment,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    TopicPartitions,
+)
+from ingest.protocol.messages.consumer_group_describe import (
+    Assignment as ConsumerGroupDescribeAssignment,
+)
+from ingest.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
+from ingest.protocol.messages.consumer_group_describe import (
+    DescribedGroup as ConsumerGroupDescribedGroup,
+)
+from ingest.protocol.messages.consumer_group_describe import (
+    Member as ConsumerGroupDescribeMember,
+)
+from ingest.protocol.messages.consumer_group_describe import (
+    TopicPartitions as ConsumerGroupDescribeTopicPartitions,
+)
 from ingest.protocol.messages.fetch import (
     AbortedTransaction,
     EpochEndOffset,
@@ -127,6 +151,8 @@ REQUEST_TYPES: tuple[type[Request], ...] = (
     SaslHandshakeRequest,
     SaslAuthenticateRequest,
     OffsetForLeaderEpochRequest,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupDescribeRequest,
 )
 
 # api_key -> request class / response class
@@ -139,6 +165,8 @@ __all__ = [
     "COORDINATOR_TRANSACTION",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "LEAVE_GROUP_MEMBER_EPOCH",
+    "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
     "MAX_TIMESTAMP",
     "MAX_TIMESTAMP_MIN_VERSION",
     "REQUESTS",
@@ -148,6 +176,15 @@ __all__ = [
     "ApiVersion",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "Assignment",
+    "ConsumerGroupDescribeAssignment",
+    "ConsumerGroupDescribeMember",
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupDescribeTopicPartitions",
+    "ConsumerGroupDescribedGroup",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
     "Coordinator",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",
@@ -221,4 +258,5 @@ __all__ = [
     "SyncGroupRequest",
     "SyncGroupRequestAssignment",
     "SyncGroupResponse",
+    "TopicPartitions",
 ]

@@ -1,4 +1,8 @@
-"""Committed offsets: OffsetFetch (api key 9) v1-8 and OffsetCommit (api key 8) v2-8."""
+"""Committed offsets: OffsetFetch (api key 9) v1-8 and OffsetCommit (api key 8) v2-9.
+
+OffsetCommit v9 is v8 on the wire; a member of a KIP-848 (consumer protocol) group must
+use it, with its member epoch in ``generation_id_or_member_epoch``.
+"""
 
 from __future__ import annotations
 
@@ -135,7 +139,7 @@ class OffsetCommitResponseTopic(Struct):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OffsetCommitResponse(Response):
     api_key: ClassVar[int] = 8
-    valid_versions: ClassVar[str] = "2-8"
+    valid_versions: ClassVar[str] = "2-9"
     flexible_versions: ClassVar[str] = "8+"
 
     throttle_time_ms: int = spec(INT32, "3+", ignorable=True)
@@ -161,7 +165,7 @@ class OffsetCommitRequestTopic(Struct):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OffsetCommitRequest(Request):
     api_key: ClassVar[int] = 8
-    valid_versions: ClassVar[str] = "2-8"
+    valid_versions: ClassVar[str] = "2-9"
     flexible_versions: ClassVar[str] = "8+"
     response_type: ClassVar[type[Response]] = OffsetCommitResponse
 
