@@ -110,3 +110,26 @@ def test_the_pure_layers_use_no_socket_thread_or_clock() -> None:
         if module.split(".")[0] in IMPURE_MODULES
     ]
     assert wrong == []
+
+
+# The consumer group protocol (KIP-848) sits beside the classic machine, in the pure layer.
+CONSUMER_PROTOCOL_MODULES = [
+    "ingest/group/consumer_config.py",
+    "ingest/group/consumer_core.py",
+    "ingest/group/consumer_effects.py",
+    "ingest/group/consumer_events.py",
+    "ingest/group/consumer_handlers.py",
+    "ingest/group/consumer_machine.py",
+    "ingest/group/consumer_transitions.py",
+    "ingest/protocol/messages/consumer_group.py",
+    "ingest/protocol/messages/consumer_group_describe.py",
+]
+
+
+def test_the_consumer_protocol_modules_are_pure() -> None:
+    for name in CONSUMER_PROTOCOL_MODULES:
+        path = ROOT / name
+        assert part_of(path) in PURE, name
+        found = {m.split(".")[1] for m in imports(path) if m.startswith("ingest.")}
+        assert found <= {"errors", "protocol", "group"}, (name, found)
+        assert not {m.split(".")[0] for m in imports(path)} & IMPURE_MODULES, name

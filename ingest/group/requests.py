@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from ingest.group.assignors import Assignor, MemberAssignment
 from ingest.group.config import GroupConfig
@@ -44,6 +45,7 @@ from ingest.protocol.messages import (
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
     "FetchOutcome",
+    "GroupIdentity",
     "commit_error",
     "encode_member_assignment",
     "fetch_outcome",
@@ -157,8 +159,18 @@ def leave_group_request(
     return LeaveGroupRequest(group_id=config.group_id, members=(identity,))
 
 
+class GroupIdentity(Protocol):
+    """What an OffsetCommit names of its member: ``GroupConfig`` or ``ConsumerGroupConfig``."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def group_instance_id(self) -> str | None: ...
+
+
 def offset_commit_request(
-    config: GroupConfig,
+    config: GroupIdentity,
     *,
     generation_id: int,
     member_id: str,

@@ -59,7 +59,8 @@ class InvalidTransition(LocalProtocolError):
     The machine is left exactly as it was.
     """
 
-    def __init__(self, state: MemberState, input_type: type, detail: str = "") -> None:
+    def __init__(self, state: Enum, input_type: type, detail: str = "") -> None:
+        """``state``: a ``MemberState``, or the consumer protocol's ``ConsumerState``."""
         self.state = state
         self.input_type = input_type
         message = f"{input_type.__name__} is not valid in state {state.name}"

@@ -1,0 +1,327 @@
+"""The consumer-protocol machine's transition table (KIP-848): (state, outcome) -> next state, effects.
+
+The classic table's twin (``transitions.py``), for a member whose coordinator
+assigns: one ConsumerGroupHeartbeat joins (member epoch 0), heartbeats, receives
+the target assignment and leaves (epoch -1, or -2 for a static member). A
+handler (``consumer_handlers.py``) reads its input, records what it says and names
+the ``Outcome``; the row of ``ROWS`` for the machine's state and that outcome gives
+the next state and the ``Effect``s, in order. A state change is one lookup.
+
+``ACCEPTS`` says, per input type, the states that accept it and the outcomes its
+handler may name there; any other (state, input) raises ``InvalidTransition``.
+``TRANSITIONS`` derives both into the accepted pairs' outcomes and targets.
+
+Reconciliation is incremental: partitions the new target drops are revoked first
+(REVOKING until RevocationDone), then the target is applied, which names only the
+partitions it adds (``PartitionsAssigned.added``); partitions kept get no event,
+so their workers run on. The next heartbeat reports what the member owns.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterable
+from dataclasses import KW_ONLY, dataclass
+from enum import Enum
+
+from ingest.group.consumer_events import SubscribeRegex, TopicNames
+from ingest.group.events import (
+    Commit,
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    CoordinatorLost,
+    FetchCommitted,
+    Leave,
+    Output,
+    RequestFailed,
+    RevocationDone,
+    Subscribe,
+    Tick,
+)
+from ingest.group.types import MemberState, Partition
+from ingest.protocol.messages import (
+    ConsumerGroupHeartbeatResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+)
+
+__all__ = [
+    "ACCEPTS",
+    "ROWS",
+    "STAY",
+    "TERMINAL",
+    "TRANSITIONS",
+    "ConsumerState",
+    "Effect",
+    "Outcome",
+    "Row",
+    "Step",
+    "Transition",
+]
+
+
+class ConsumerState(Enum):
+    """Where a consumer-protocol member stands (Kafka's MemberState, folded for our driver).
+
+    UNJOINED     not a member (initial state, and after leaving)
+    JOINING      a heartbeat at member epoch 0 is due or in flight
+    STABLE       a member epoch; owns all of the target assignment it can name
+    RECONCILING  owns what it can name of the target; waits for topic names (TopicNames)
+    REVOKING     waits for RevocationDone before applying the target (or rejoining)
+    LEAVING      revoking before the leaving heartbeat, or that heartbeat is in flight
+    FENCED       terminal: another member took our instance id
+    FAILED       terminal: a fatal error
+    """
+
+    UNJOINED = "unjoined"
+    JOINING = "joining"
+    STABLE = "stable"
+    RECONCILING = "reconciling"
+    REVOKING = "revoking"
+    LEAVING = "leaving"
+    FENCED = "fenced"
+    FAILED = "failed"
+
+    @property
+    def for_offsets(self) -> MemberState:
+        """The classic state that commits and offset fetches treat alike (``offsets.py``)."""
+        return _FOR_OFFSETS[self]
+
+
+_FOR_OFFSETS = {
+    ConsumerState.UNJOINED: MemberState.UNJOINED,
+    ConsumerState.JOINING: MemberState.JOINING,
+    ConsumerState.STABLE: MemberState.STABLE,
+    ConsumerState.RECONCILING: MemberState.STABLE,
+    ConsumerState.REVOKING: MemberState.REVOKING,
+    ConsumerState.LEAVING: MemberState.LEAVING,
+    ConsumerState.FENCED: MemberState.FENCED,
+    ConsumerState.FAILED: MemberState.FAILED,
+}
+
+UNJOINED = ConsumerState.UNJOINED
+JOINING = ConsumerState.JOINING
+STABLE = ConsumerState.STABLE
+RECONCILING = ConsumerState.RECONCILING
+REVOKING = ConsumerState.REVOKING
+LEAVING = ConsumerState.LEAVING
+FENCED = ConsumerState.FENCED
+FAILED = ConsumerState.FAILED
+TERMINAL = frozenset({FENCED, FAILED})
+
+
+class Outcome(Enum):
+    """What an input comes to; the row for (state, outcome) says where that leads."""
+
+    STAY = "nothing changes state (answered, refused, stale or only recorded)"
+    JOIN = "join at member epoch 0: a heartbeat with every field, at step.at"
+    # reconciling the target assignment
+    RECONCILED = "the target is applied; the member owns all of it"
+    PARTLY_RECONCILED = "the target is applied as far as topic names are known (already asked)"
+    AWAIT_TOPIC_NAMES = "the target is applied as far as names are known; ask the others"
+    REVOKE = "the target drops partitions: revoke them before applying it"
+    # losing the partitions (the coordinator's rule: drop them, rejoin at epoch 0)
+    MEMBER_FENCED = "FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID: the partitions are lost"
+    SESSION_EXPIRED = "no heartbeat answer within the session timeout: the partitions are lost"
+    # leaving
+    REVOKE_THEN_LEAVE = "Leave: revoke what is owned; leave once it is acknowledged"
+    LEAVE_AFTER_REVOCATION = "Leave: a revocation is pending; leave once it is acknowledged"
+    SEND_LEAVE = "send the leaving heartbeat (epoch -1, or -2 for a static member)"
+    LEAVE_QUIETLY = "forget the membership without a heartbeat (nothing to leave, or by config)"
+    LEFT = "the leaving heartbeat was answered or failed (or there was nothing to leave)"
+    # terminal
+    FENCE = "FENCED_INSTANCE_ID: another member took our instance id"
+    FAIL = "a fatal error: authorization, a request the coordinator refuses, no such API"
+
+
+class Effect(Enum):
+    """One thing a row does, as ``ConsumerMachine`` implements it."""
+
+    START_JOINING = "member epoch 0, a new round (older answers are stale), heartbeat at step.at"
+    APPLY_ASSIGNMENT = "own step.assignment; PartitionsAssigned(added) if it changed, ack at once"
+    ASK_TOPIC_NAMES = "NeedTopicNames(step.topic_ids)"
+    REVOKE = "PartitionsRevoked(step.partitions): committable until RevocationDone"
+    LOSE = "PartitionsLost(all owned or being revoked, step.lost)"
+    RESET_EPOCH = "member epoch 0, no target, a new round: rejoin once nothing is pending"
+    ABANDON_ROUND = "answers to heartbeats sent so far become stale"
+    SEND_LEAVE = "the leaving heartbeat, now, even with another heartbeat in flight"
+    FORGET_MEMBERSHIP = "member epoch 0, nothing owned, no target"
+    STOP = "terminal: abandon the round, forget the membership"
+    REPORT = "emit step.report (Left, Fenced, Fatal)"
+
+
+@dataclass(frozen=True)
+class Step:
+    """An outcome named by a handler, with what its effects need."""
+
+    outcome: Outcome
+    _: KW_ONLY
+    at: float = -math.inf  # START_JOINING: when the joining heartbeat may go
+    lost: str = ""  # LOSE: why the partitions are lost
+    partitions: frozenset[Partition] = frozenset()  # REVOKE
+    assignment: frozenset[Partition] = frozenset()  # APPLY_ASSIGNMENT
+    topic_ids: frozenset[uuid.UUID] = frozenset()  # ASK_TOPIC_NAMES
+    report: Output | None = None  # REPORT
+
+
+STAY = Step(Outcome.STAY)
+
+
+@dataclass(frozen=True)
+class Row:
+    """Where an outcome leads from one state, and what it does on the way, in order."""
+
+    next: ConsumerState
+    effects: tuple[Effect, ...] = ()
+
+
+def _row(next_state: ConsumerState, *effects: Effect) -> Row:
+    return Row(next_state, effects)
+
+
+On = Outcome
+Do = Effect
+
+#: (state, outcome) -> the next state and the effects, in order. The only place a state is chosen.
+ROWS: dict[tuple[ConsumerState, Outcome], Row] = {
+    # -- nothing changes
+    **{(state, On.STAY): Row(state) for state in ConsumerState},
+    # -- joining: after Subscribe, or once a loss's pending revocation is acknowledged
+    (UNJOINED, On.JOIN):                    _row(JOINING, Do.START_JOINING),
+    (REVOKING, On.JOIN):                    _row(JOINING, Do.START_JOINING),
+    # -- reconciling a target assignment
+    (JOINING, On.RECONCILED):               _row(STABLE, Do.APPLY_ASSIGNMENT),
+    (STABLE, On.RECONCILED):                _row(STABLE, Do.APPLY_ASSIGNMENT),
+    (RECONCILING, On.RECONCILED):           _row(STABLE, Do.APPLY_ASSIGNMENT),
+    (REVOKING, On.RECONCILED):              _row(STABLE, Do.APPLY_ASSIGNMENT),
+    (RECONCILING, On.PARTLY_RECONCILED):    _row(RECONCILING, Do.APPLY_ASSIGNMENT),
+    (JOINING, On.AWAIT_TOPIC_NAMES):        _row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
+    (STABLE, On.AWAIT_TOPIC_NAMES):         _row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
+    (RECONCILING, On.AWAIT_TOPIC_NAMES):    _row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
+    (REVOKING, On.AWAIT_TOPIC_NAMES):       _row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
+    (STABLE, On.REVOKE):                    _row(REVOKING, Do.REVOKE),
+    (RECONCILING, On.REVOKE):               _row(REVOKING, Do.REVOKE),
+    (REVOKING, On.REVOKE):                  _row(REVOKING, Do.REVOKE),
+    # -- losing the partitions: rejoin at once, or once the pending revocation is acknowledged
+    (JOINING, On.MEMBER_FENCED):            _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (STABLE, On.MEMBER_FENCED):             _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (RECONCILING, On.MEMBER_FENCED):        _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (REVOKING, On.MEMBER_FENCED):           _row(REVOKING, Do.LOSE, Do.RESET_EPOCH),
+    (LEAVING, On.MEMBER_FENCED):            _row(LEAVING, Do.LOSE, Do.RESET_EPOCH),
+    (STABLE, On.SESSION_EXPIRED):           _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (RECONCILING, On.SESSION_EXPIRED):      _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (REVOKING, On.SESSION_EXPIRED):         _row(REVOKING, Do.LOSE, Do.RESET_EPOCH),
+    (LEAVING, On.SESSION_EXPIRED):          _row(LEAVING, Do.LOSE, Do.RESET_EPOCH),
+    # -- leaving: RevocationDone finishes it in LEAVING
+    (STABLE, On.REVOKE_THEN_LEAVE):         _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (RECONCILING, On.REVOKE_THEN_LEAVE):    _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (REVOKING, On.REVOKE_THEN_LEAVE):       _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (REVOKING, On.LEAVE_AFTER_REVOCATION):  _row(LEAVING, Do.ABANDON_ROUND),
+    (JOINING, On.SEND_LEAVE):               _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
+    (STABLE, On.SEND_LEAVE):                _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
+    (RECONCILING, On.SEND_LEAVE):           _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
+    (LEAVING, On.SEND_LEAVE):               _row(LEAVING, Do.SEND_LEAVE),
+    (JOINING, On.LEAVE_QUIETLY):            _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (STABLE, On.LEAVE_QUIETLY):             _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (RECONCILING, On.LEAVE_QUIETLY):        _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (LEAVING, On.LEAVE_QUIETLY):            _row(UNJOINED, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (UNJOINED, On.LEFT):                    _row(UNJOINED, Do.REPORT),
+    (LEAVING, On.LEFT):                     _row(UNJOINED, Do.REPORT),
+    # -- terminal: the partitions are lost, the membership forgotten
+    (JOINING, On.FENCE):                    _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (STABLE, On.FENCE):                     _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (RECONCILING, On.FENCE):                _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (REVOKING, On.FENCE):                   _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (LEAVING, On.FENCE):                    _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (UNJOINED, On.FAIL):                    _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (JOINING, On.FAIL):                     _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (STABLE, On.FAIL):                      _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (RECONCILING, On.FAIL):                 _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (REVOKING, On.FAIL):                    _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (LEAVING, On.FAIL):                     _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+}  # fmt: skip
+
+
+def _of(*outcomes: Outcome) -> frozenset[Outcome]:
+    return frozenset(outcomes)
+
+
+def _each(
+    states: Iterable[ConsumerState], outcomes: frozenset[Outcome]
+) -> dict[ConsumerState, frozenset[Outcome]]:
+    return dict.fromkeys(states, outcomes)
+
+
+_ALL = tuple(ConsumerState)
+_LIVE = (UNJOINED, JOINING, STABLE, RECONCILING, REVOKING, LEAVING)
+_MEMBER = (JOINING, STABLE, RECONCILING, REVOKING)  # in the group, not leaving
+_STAY = _of(On.STAY)
+_STAY_OR_FAIL = {**_each(_LIVE, _of(On.STAY, On.FAIL)), **_each(TERMINAL, _STAY)}
+# A new target (or one left waiting for RevocationDone) asks for every id it cannot name;
+# only TopicNames, in RECONCILING, can leave ids unnamed that were asked for already.
+_RECONCILE = _of(On.RECONCILED, On.AWAIT_TOPIC_NAMES, On.REVOKE)
+_RENAMED = _RECONCILE | _of(On.PARTLY_RECONCILED)
+_SUBSCRIBE = {UNJOINED: _of(On.JOIN, On.FAIL), **_each(_MEMBER, _of(On.STAY, On.FAIL))}
+_LEAVES = _of(On.SEND_LEAVE, On.LEAVE_QUIETLY)
+_REQUEST_FAILED = {**_each(_ALL, _STAY), LEAVING: _of(On.STAY, On.LEFT)}
+_ANSWER_LOSES = _of(On.STAY, On.MEMBER_FENCED, On.FENCE, On.FAIL)
+
+#: input type -> the states that accept it -> the outcomes its handler may name there.
+ACCEPTS: dict[type, dict[ConsumerState, frozenset[Outcome]]] = {
+    # local commands
+    Subscribe: _SUBSCRIBE,
+    SubscribeRegex: _SUBSCRIBE,  # FAIL: the coordinator speaks only v0 (no regex)
+    Leave: {
+        UNJOINED: _of(On.LEFT),
+        JOINING: _LEAVES,
+        **_each((STABLE, RECONCILING), _LEAVES | _of(On.REVOKE_THEN_LEAVE)),
+        REVOKING: _of(On.REVOKE_THEN_LEAVE, On.LEAVE_AFTER_REVOCATION),
+        **_each((LEAVING, *TERMINAL), _STAY),
+    },
+    Commit: _each(_ALL, _STAY),
+    FetchCommitted: _each(_ALL, _STAY),
+    RevocationDone: {
+        REVOKING: _of(On.STAY, On.JOIN) | _RECONCILE,
+        LEAVING: _of(On.STAY) | _LEAVES,
+        **_each(TERMINAL, _STAY),
+    },
+    Tick: {
+        **_each(_ALL, _STAY),
+        **_each((STABLE, RECONCILING, REVOKING, LEAVING), _of(On.STAY, On.SESSION_EXPIRED)),
+    },
+    # driver reports
+    TopicNames: {**_each(_ALL, _STAY), RECONCILING: _STAY | _RENAMED},
+    CoordinatorFound: _STAY_OR_FAIL,
+    CoordinatorLookupFailed: _STAY_OR_FAIL,
+    CoordinatorLost: _REQUEST_FAILED,  # every request in flight fails
+    RequestFailed: _REQUEST_FAILED,
+    # coordinator answers (each must match a request in flight)
+    ConsumerGroupHeartbeatResponse: {
+        **_each((UNJOINED, *TERMINAL), _STAY),
+        JOINING: _ANSWER_LOSES | (_RECONCILE - {On.REVOKE}),  # a joining member owns nothing
+        **_each((STABLE, RECONCILING), _ANSWER_LOSES | _RECONCILE),
+        REVOKING: _ANSWER_LOSES,  # a new target waits for RevocationDone
+        LEAVING: _ANSWER_LOSES | _of(On.LEFT),
+    },
+    OffsetCommitResponse: _STAY_OR_FAIL,
+    OffsetFetchResponse: _STAY_OR_FAIL,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An accepted (state, input type): the outcomes it may come to and where they lead."""
+
+    outcomes: frozenset[Outcome]
+    targets: frozenset[ConsumerState]
+
+
+#: (state, input type) -> outcomes and target states. Nothing else is accepted.
+TRANSITIONS: dict[tuple[ConsumerState, type], Transition] = {
+    (state, input_type): Transition(
+        outcomes, frozenset(ROWS[(state, outcome)].next for outcome in outcomes)
+    )
+    for input_type, states in ACCEPTS.items()
+    for state, outcomes in states.items()
+}
