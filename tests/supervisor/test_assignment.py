@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 
 from ingest.group import Partition, PartitionsLost, RebalanceProtocol
 from ingest.group.assignors import CooperativeStickyAssignor, RangeAssignor
 from ingest.supervisor.membership import GroupMember
 from ingest.testing import KafkaCluster, TansuBroker, create_topic
+from tests.supervisor.confluent import ConfluentMember
 from tests.supervisor.support import (
     ASSIGNORS,
-    HEARTBEAT_MS,
     REBALANCE_WAIT,
     SESSION,
-    SESSION_MS,
     Recorder,
     client_config,
     close_all,
@@ -95,56 +91,6 @@ def test_members_split_partitions_without_overlap_or_gap(
             assert moved == c.owned and len(moved) == 2
     finally:
         close_all(members)
-
-
-class ConfluentMember:
-    """A confluent-kafka consumer in the group, polled on its own thread."""
-
-    def __init__(
-        self, bootstrap: str, group: str, topic: str, *, strategy: str | None = "range"
-    ) -> None:
-        settings: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": HEARTBEAT_MS,
-            "enable.auto.commit": False,
-        }
-        if strategy is not None:  # None: librdkafka's default, "range,roundrobin"
-            settings["partition.assignment.strategy"] = strategy
-        self.consumer = Consumer(settings)
-        self._owned: frozenset[Partition] = frozenset()
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _on_assign(self, consumer: Any, assigned: list[Any]) -> None:
-        with self._lock:
-            self._owned = frozenset(Partition(t.topic, t.partition) for t in assigned)
-
-    def _on_revoke(self, consumer: Any, revoked: list[Any]) -> None:
-        with self._lock:
-            self._owned = frozenset()
-
-    @property
-    def owned(self) -> frozenset[Partition]:
-        with self._lock:
-            return self._owned
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            message = self.consumer.poll(0.05)
-            if message is not None and message.error() is not None:
-                with self._lock:
-                    self.errors.append(message.error().name())
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.consumer.close()
 
 
 @pytest.mark.slow
