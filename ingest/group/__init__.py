@@ -1,7 +1,8 @@
-"""Consumer-group membership, sans I/O: the state machine and the partition assignors.
+"""Consumer-group membership, sans I/O: the state machines and the partition assignors.
 
-``GroupMachine`` takes inputs (commands, ticks, driver reports, decoded
-coordinator responses) with the current monotonic time and returns outputs
+``GroupMachine`` (the classic protocol) and ``ConsumerMachine`` (the consumer
+protocol of KIP-848) take inputs (commands, ticks, driver reports, decoded
+coordinator responses) with the current monotonic time and return outputs
 (requests to send, lookups to make, events). A driver in a higher layer does
 the I/O. Nothing here reads a clock, opens a socket or starts a thread.
 """
@@ -17,6 +18,10 @@ from ingest.group.assignors import (
     RoundRobinAssignor,
 )
 from ingest.group.config import CoordinatorVersions, GroupConfig
+from ingest.group.consumer_config import ConsumerGroupConfig
+from ingest.group.consumer_events import GroupWarning, NeedTopicNames, SubscribeRegex, TopicNames
+from ingest.group.consumer_machine import ConsumerMachine
+from ingest.group.consumer_transitions import ConsumerState
 from ingest.group.events import (
     INPUT_TYPES,
     OUTPUT_TYPES,
@@ -60,6 +65,9 @@ __all__ = [
     "Commit",
     "CommitFailed",
     "CommittedOffset",
+    "ConsumerGroupConfig",
+    "ConsumerMachine",
+    "ConsumerState",
     "CooperativeStickyAssignor",
     "CoordinatorFound",
     "CoordinatorLookupFailed",
@@ -71,6 +79,7 @@ __all__ = [
     "FindCoordinator",
     "GroupConfig",
     "GroupMachine",
+    "GroupWarning",
     "Input",
     "InvalidTransition",
     "Leave",
@@ -80,6 +89,7 @@ __all__ = [
     "MemberSubscription",
     "MetadataUpdate",
     "NeedMetadata",
+    "NeedTopicNames",
     "OffsetFetchFailed",
     "OffsetsCommitted",
     "OffsetsFetched",
@@ -95,5 +105,7 @@ __all__ = [
     "RoundRobinAssignor",
     "SendRequest",
     "Subscribe",
+    "SubscribeRegex",
     "Tick",
+    "TopicNames",
 ]

@@ -7,7 +7,6 @@ none chooses a state (``ConsumerMachine._step`` sets the row's state after them)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from ingest.group.consumer_core import ConsumerCore
@@ -68,7 +67,6 @@ class ConsumerEffects(ConsumerCore):
 
     def _do_abandon_round(self, step: Step, now: float, out: list[ConsumerOutput]) -> None:
         self._round += 1
-        self._next_heartbeat_at = math.inf if self._member_epoch <= 0 else self._next_heartbeat_at
 
     def _do_send_leave(self, step: Step, now: float, out: list[ConsumerOutput]) -> None:
         coordinator = self._coordinator

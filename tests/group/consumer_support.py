@@ -86,7 +86,7 @@ def names(*topics: str) -> TopicNames:
 
 
 def heartbeats(outputs: Iterable[ConsumerOutput]) -> list[ConsumerGroupHeartbeatRequest]:
-    return requests_of(outputs, ConsumerGroupHeartbeatRequest)  # type: ignore[arg-type]
+    return requests_of(outputs, ConsumerGroupHeartbeatRequest)
 
 
 def only_heartbeat(outputs: Iterable[ConsumerOutput]) -> ConsumerGroupHeartbeatRequest:
@@ -109,7 +109,7 @@ class Member:
     def __call__(self, event: Any, *, after: float = 0.0) -> list[ConsumerOutput]:
         self.now += after
         outputs = self.machine.handle(event, self.now)
-        assert_encodable(outputs)  # type: ignore[arg-type]
+        assert_encodable(outputs)
         return outputs
 
     # Scripted paths to each state; the coordinator knows "orders" and "audit" by id.

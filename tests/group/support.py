@@ -83,23 +83,23 @@ def coordinator_found() -> CoordinatorFound:
     return CoordinatorFound(node_id=1, host="127.0.0.1", port=9092)
 
 
-def requests_of(outputs: Iterable[Output], kind: type[Request]) -> list[Any]:
+def requests_of(outputs: Iterable[object], kind: type[Request]) -> list[Any]:
     return [
         o.request for o in outputs if isinstance(o, SendRequest) and isinstance(o.request, kind)
     ]
 
 
-def only_request(outputs: Iterable[Output], kind: type[Request]) -> Any:
+def only_request(outputs: Iterable[object], kind: type[Request]) -> Any:
     found = requests_of(outputs, kind)
     assert len(found) == 1, f"expected one {kind.__name__} in {list(outputs)}"
     return found[0]
 
 
-def events_of(outputs: Iterable[Output], kind: type) -> list[Any]:
+def events_of(outputs: Iterable[object], kind: type) -> list[Any]:
     return [o for o in outputs if isinstance(o, kind)]
 
 
-def assert_encodable(outputs: Iterable[Output]) -> None:
+def assert_encodable(outputs: Iterable[object]) -> None:
     """Every request the machine asks for must encode at the version it names."""
     for output in outputs:
         if isinstance(output, SendRequest):

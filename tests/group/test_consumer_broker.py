@@ -63,7 +63,9 @@ HEARTBEAT_INTERVAL_MS = 500  # the harness allows it (group.consumer.min.heartbe
 class Driver:
     """One member: its machine, its own coordinator connection, what it consumes."""
 
-    def __init__(self, broker: KafkaCluster, group: str, name: str) -> None:
+    def __init__(
+        self, broker: KafkaCluster, group: str, name: str, instance_id: str | None = None
+    ) -> None:
         self.name = name
         self.config = ClientConfig(bootstrap_servers=(broker.bootstrap,), client_id=name)
         self.bootstrap = BrokerConnection(broker.host, broker.port, self.config)
@@ -71,7 +73,9 @@ class Driver:
         self.coordinator: BrokerConnection | None = None
         # The member id is drawn here, by the driver: the machine draws nothing (KIP-1082).
         self.machine = ConsumerMachine(
-            ConsumerGroupConfig(group_id=group, server_assignor="uniform"),
+            ConsumerGroupConfig(
+                group_id=group, group_instance_id=instance_id, server_assignor="uniform"
+            ),
             member_id=str(uuid.uuid4()),
         )
         self.consuming: set[Partition] = set()
@@ -151,7 +155,8 @@ def _run_until(drivers: list[Driver], done: Any, timeout: float = 20.0) -> None:
 
 @pytest.fixture
 def drivers(broker: KafkaCluster, group: str) -> Iterator[list[Driver]]:
-    members = [Driver(broker, group, "a"), Driver(broker, group, "b")]
+    """Two members of ``group``, ``a`` static; a test may append more (closed alike)."""
+    members = [Driver(broker, group, "a", instance_id="host-a"), Driver(broker, group, "b")]
     yield members
     for member in members:
         member.close()
@@ -170,19 +175,17 @@ def _set_heartbeat_interval(broker: KafkaCluster, group: str) -> None:
         future.result(timeout=15)
 
 
-def test_two_members_split_six_partitions_and_a_leaver_hands_all_to_the_other(
+def _split(
     broker: KafkaCluster, topic: str, group: str, drivers: list[Driver]
-) -> None:
-    started = time.monotonic()
+) -> frozenset[Partition]:
+    """a joins and takes all 6 partitions, then b joins: 3 each."""
     create_topic(broker.bootstrap, topic, partitions=6)
     _set_heartbeat_interval(broker, group)
     a, b = drivers
-    everything = {Partition(topic, i) for i in range(6)}
-
+    everything = frozenset(Partition(topic, i) for i in range(6))
     a.feed(Subscribe(frozenset({topic})))
     _run_until(drivers, lambda: a.machine.state is S.STABLE and a.consuming == everything)
     assert a.machine.heartbeat_interval == HEARTBEAT_INTERVAL_MS / 1000  # the coordinator's
-
     b.feed(Subscribe(frozenset({topic})))
     _run_until(
         drivers,
@@ -193,18 +196,51 @@ def test_two_members_split_six_partitions_and_a_leaver_hands_all_to_the_other(
     )
     assert a.consuming | b.consuming == everything
     assert a.machine.assignment == a.consuming and b.machine.assignment == b.consuming
+    return everything
+
+
+def test_two_members_split_six_partitions_and_a_leaver_hands_all_to_the_other(
+    broker: KafkaCluster, topic: str, group: str, drivers: list[Driver]
+) -> None:
+    started = time.monotonic()
+    everything = _split(broker, topic, group, drivers)
+    a, b = drivers
     # a gave up exactly what b took, in one revocation; what a kept was never touched.
     kept = frozenset(a.consuming)
     revoked = [e.partitions for e in a.events if isinstance(e, PartitionsRevoked)]
     assert revoked == [everything - kept]
     after = a.events[a.events.index(PartitionsRevoked(everything - kept)) :]
     assert not [e for e in after if isinstance(e, PartitionsAssigned) and e.added & kept]
-    assert b.machine.member_epoch > a.machine.member_epoch - 1 > 0
+    assert b.machine.member_epoch > 0 and a.machine.member_epoch > 0
 
-    a.feed(Leave())
+    a.feed(Leave(force=True))  # a static member leaving for good: epoch -1
     _run_until(drivers, lambda: a.machine.state is S.UNJOINED and b.consuming == everything)
     assert a.events[-1] == Left()
     assert not any(isinstance(e, PartitionsLost) for e in a.events + b.events)
-    b_revoked = [e for e in b.events if isinstance(e, PartitionsRevoked)]
-    assert b_revoked == []  # b only ever gained
+    assert [e for e in b.events if isinstance(e, PartitionsRevoked)] == []  # b only gained
+    assert time.monotonic() - started < 30
+
+
+def test_a_static_member_leaving_at_minus_2_gets_its_partitions_back_on_restart(
+    broker: KafkaCluster, topic: str, group: str, drivers: list[Driver]
+) -> None:
+    started = time.monotonic()
+    _split(broker, topic, group, drivers)
+    a, b = drivers
+    held = frozenset(a.consuming)
+    a.feed(Leave())  # epoch -2: the coordinator keeps a's assignment for its session
+    _run_until(drivers, lambda: a.machine.state is S.UNJOINED)
+    assert a.events[-1] == Left()
+    b_before = frozenset(b.consuming)
+    quiet_until = time.monotonic() + 4 * HEARTBEAT_INTERVAL_MS / 1000
+    _run_until(drivers, lambda: time.monotonic() > quiet_until)
+    assert b.consuming == b_before  # nothing of a's moved to b meanwhile
+    # The restart: a new process (a new member id) with the same instance id, at epoch 0.
+    restarted = Driver(broker, group, "a2", instance_id="host-a")
+    drivers.append(restarted)
+    assert restarted.machine.member_id != a.machine.member_id
+    restarted.feed(Subscribe(frozenset({topic})))
+    _run_until(drivers, lambda: restarted.consuming == held)
+    assert b.consuming == b_before
+    assert [e for e in b.events if isinstance(e, PartitionsRevoked)] == []
     assert time.monotonic() - started < 30

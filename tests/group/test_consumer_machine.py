@@ -17,12 +17,14 @@ from ingest.group import (
     FindCoordinator,
     Leave,
     Left,
+    OffsetsCommitted,
     Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
     RequestFailed,
     RevocationDone,
+    SendRequest,
     Subscribe,
     Tick,
 )
@@ -405,8 +407,9 @@ def test_commits_carry_the_member_epoch_at_offset_commit_v9() -> None:
     (request,) = requests_of(out, OffsetCommitRequest)
     assert (request.generation_id_or_member_epoch, request.member_id) == (4, MEMBER_ID)
     assert request.group_instance_id == "host-1"
-    assert [o.version for o in out] == [9]
-    assert m(commit_response(request))[0].offsets == {Partition(TOPIC, 1): 42}
+    assert [o.version for o in out if isinstance(o, SendRequest)] == [9]
+    (done,) = events_of(m(commit_response(request)), OffsetsCommitted)
+    assert done.offsets == {Partition(TOPIC, 1): 42}
 
 
 def test_commits_are_refused_for_partitions_not_owned_and_allowed_while_revoking() -> None:

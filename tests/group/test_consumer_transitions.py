@@ -138,6 +138,16 @@ def _revoking_retargeted(m: Member) -> None:
     m.heartbeat(ok(3, {"audit": (5,)}))
 
 
+def _lost_coordinator(path: Callable[[Member], object]) -> Callable[[Member], object]:
+    """``path``, then the coordinator connection lost."""
+
+    def go(m: Member) -> None:
+        path(m)
+        m(CoordinatorLost())
+
+    return go
+
+
 def _leaving_fenced(m: Member) -> None:
     _busy(_leaving_revoking)(m)
     m(error(E.UNKNOWN_MEMBER_ID))
@@ -159,9 +169,9 @@ SCENARIOS: dict[str, Callable[[Member], object]] = {
     "leaving-sent": _leaving_sent,
     "reconciling-busy": _busy(Member.reconciling),
     "reconciling-empty": _reconciling_empty,
-    "reconciling-empty-lost": lambda m: (_reconciling_empty(m), m(CoordinatorLost())),
+    "reconciling-empty-lost": _lost_coordinator(_reconciling_empty),
     "stable-empty": _stable_empty,
-    "stable-empty-lost": lambda m: (_stable_empty(m), m(CoordinatorLost())),
+    "stable-empty-lost": _lost_coordinator(_stable_empty),
     "revoking-busy": _busy(Member.revoking),
     "revoking-unknown": _revoking_unknown,
     "revoking-retargeted": _revoking_retargeted,
@@ -278,7 +288,7 @@ def apply_and_check(m: Member, event: Any, now: float) -> None:
     assert after in TRANSITIONS[(before, type(event))].targets
     for output in outputs:
         assert isinstance(output, CONSUMER_OUTPUT_TYPES), output
-    assert_encodable(outputs)  # type: ignore[arg-type]
+    assert_encodable(outputs)
     if after in TERMINAL:
         assert not any(isinstance(o, SendRequest | FindCoordinator) for o in outputs)
     if after in (S.UNJOINED, S.JOINING, *TERMINAL):
