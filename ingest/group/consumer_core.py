@@ -313,7 +313,12 @@ class ConsumerCore:
         )
 
     def _topic_partitions(self, partitions: frozenset[Partition]) -> tuple[TopicPartitions, ...]:
-        ids = {name: topic_id for topic_id, name in self._names.items()}
+        # A name may have had two ids (a topic deleted and created again): the target's wins.
+        target = self._target or {}
+        ids: dict[str, uuid.UUID] = {}
+        for topic_id, name in self._names.items():
+            if name not in ids or topic_id in target:
+                ids[name] = topic_id
         return tuple(
             TopicPartitions(topic_id=ids[topic], partitions=tuple(indexes))
             for topic, indexes in partitions_by_topic(partitions).items()

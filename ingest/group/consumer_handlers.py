@@ -202,7 +202,7 @@ class ConsumerHandlers(ConsumerCore):
     def _on_topic_names(self, event: TopicNames, now: float, out: list[ConsumerOutput]) -> Step:
         for topic_id, name in event.names.items():
             if name is not None:
-                self._names[topic_id] = name
+                self._names.setdefault(topic_id, name)  # an id names one topic for good
         if self._state is RECONCILING and not self._revocations_pending:
             return self._reconcile(now)
         return STAY

@@ -421,3 +421,14 @@ def test_commits_are_refused_for_partitions_not_owned_and_allowed_while_revoking
     (stale,) = m(commit_response(request, E.STALE_MEMBER_EPOCH))
     assert isinstance(stale, CommitFailed) and stale.error_name == "STALE_MEMBER_EPOCH"
     assert m.state is S.REVOKING  # the heartbeat, not the commit, decides the membership
+
+
+def test_a_topic_id_keeps_the_first_name_it_was_given() -> None:
+    """Found by Hypothesis: a second name for a known id must not orphan owned partitions."""
+    m = Member()
+    m.reconciling()
+    out = m(TopicNames({IDS[TOPIC]: "audit"}))
+    assert m.state is S.RECONCILING and out == []
+    assert m.machine.assignment == tp(TOPIC, 0, 1)
+    ack = only_heartbeat(m(names("mystery")))  # reconciled: acknowledged at once
+    assert {t.topic_id for t in ack.topic_partitions or ()} == {IDS[TOPIC], IDS["mystery"]}
