@@ -255,10 +255,10 @@ class ConsumerCore:
         version = coordinator.versions.consumer_group_heartbeat
         assert version is not None  # CoordinatorFound refuses a coordinator without it
         if self._heartbeating() and not self.inflight(HEARTBEAT) and now >= self._heartbeat_due():
-            self._send(out, self._heartbeat_request(), version, sent_at=now)
+            self._send(out, self._heartbeat_request(version), version, sent_at=now)
             self._next_heartbeat_at = now + self._interval
 
-    def _heartbeat_request(self) -> ConsumerGroupHeartbeatRequest:
+    def _heartbeat_request(self, version: int) -> ConsumerGroupHeartbeatRequest:
         """The next heartbeat: every field when joining or after an error, else what changed."""
         config = self.config
         joining = self._state is JOINING
@@ -276,7 +276,7 @@ class ConsumerCore:
         if self._regex is None:
             if self._topics != last.topics:
                 names = tuple(sorted(self._topics))
-            if last.regex is not None:
+            if last.regex is not None and version >= REGEX_VERSION:
                 regex = ""  # an empty regex clears the one sent before (v1)
         else:
             if self._regex != last.regex:

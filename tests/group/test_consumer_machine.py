@@ -432,3 +432,16 @@ def test_a_topic_id_keeps_the_first_name_it_was_given() -> None:
     assert m.machine.assignment == tp(TOPIC, 0, 1)
     ack = only_heartbeat(m(names("mystery")))  # reconciled: acknowledged at once
     assert {t.topic_id for t in ack.topic_partitions or ()} == {IDS[TOPIC], IDS["mystery"]}
+
+
+def test_a_regex_is_cleared_only_where_the_version_has_the_field() -> None:
+    """Found by Hypothesis: back to names, then a v0 coordinator: no empty regex at v0."""
+    m = Member()
+    m(SubscribeRegex("^orders$"))
+    m(names(TOPIC))
+    m(coordinator(heartbeat=1))
+    m(ok(1, {TOPIC: (0,)}))  # the acknowledgement is in flight
+    assert heartbeats(m(Subscribe(frozenset({TOPIC})))) == []  # waits for it
+    m(coordinator(heartbeat=0))  # the driver now speaks v0 with the coordinator
+    again = only_heartbeat(m(ok(1)))  # encodes at v0 (Member checks every request)
+    assert again.subscribed_topic_regex is None and again.subscribed_topic_names == (TOPIC,)
