@@ -74,6 +74,11 @@ class SourceSection:
     # How often the group's leader looks again at its topics' partition counts: partitions
     # added to a topic are assigned within this (Kafka's metadata.max.age.ms).
     metadata_refresh: Duration = Duration(300)
+    # "classic" (JoinGroup/SyncGroup, client-side assignors above) or "consumer" (KIP-848,
+    # Kafka 4.0+: ConsumerGroupHeartbeat, the coordinator assigns with server_assignor; the
+    # session timeout and heartbeat interval are then the group's, set on the broker).
+    group_protocol: Literal["classic", "consumer"] = "classic"
+    server_assignor: Literal["uniform", "range"] | None = None  # None: the group's default
 
 
 @dataclass(frozen=True)

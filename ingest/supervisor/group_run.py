@@ -21,6 +21,7 @@ from ingest.faults import fault_point
 from ingest.group import (
     CommitFailed,
     CommittedOffset,
+    ConsumerGroupConfig,
     Fatal,
     Fenced,
     MemberState,
@@ -49,7 +50,7 @@ from ingest.supervisor.offsets import (
 from ingest.supervisor.partitions import Change, PartitionState
 from ingest.supervisor.runtime import Engine
 from ingest.supervisor.settings import (
-    group_config,
+    member_config,
 )
 from ingest.supervisor.source import RunOutcome
 from ingest.worker import EndPosition, StartPosition, WorkerStarted
@@ -96,7 +97,7 @@ class GroupSource:
         config = engine.config
         self.until_end = until_end
         self.mode = "run --until-end" if until_end else "run"
-        self.group = group_config(config)
+        self.group = member_config(config)
         self.member: GroupMember | None = None
         self.ends: dict[Partition, int] = {}
         self.revocations: deque[frozenset[Partition]] = deque()
@@ -150,7 +151,11 @@ class GroupSource:
             "joining",
             group=self.group.group_id,
             topics=",".join(topics),
-            protocol=self.group.rebalance_protocol.value,
+            protocol=(
+                "consumer"
+                if isinstance(self.group, ConsumerGroupConfig)
+                else self.group.rebalance_protocol.value
+            ),
             static=self.group.is_static,
         )
 

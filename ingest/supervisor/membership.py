@@ -48,6 +48,7 @@ from ingest.errors import FencedError, GroupError
 from ingest.group import (
     Commit,
     CommitFailed,
+    ConsumerGroupConfig,
     FetchCommitted,
     GroupConfig,
     MemberState,
@@ -113,7 +114,13 @@ class GroupMember:
     thread opens for itself; they are closed when the thread ends.
     """
 
-    def __init__(self, client: ClientConfig, config: GroupConfig, *, name: str = "") -> None:
+    def __init__(
+        self,
+        client: ClientConfig,
+        config: GroupConfig | ConsumerGroupConfig,
+        *,
+        name: str = "",
+    ) -> None:
         self.client_config = client
         self.config = config
         self._commands: queue.SimpleQueue[Command | Close] = queue.SimpleQueue()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
 
 from ingest.client import BrokerConnection, ClientConfig, Cluster
@@ -24,6 +25,7 @@ from ingest.errors import (
     UnsupportedVersionError,
 )
 from ingest.group import (
+    ConsumerGroupConfig,
     CoordinatorFound,
     CoordinatorLookupFailed,
     CoordinatorVersions,
@@ -32,15 +34,16 @@ from ingest.group import (
     MetadataUpdate,
     RequestFailed,
     SendRequest,
+    TopicNames,
 )
 from ingest.protocol.codec import API_NAMES
 from ingest.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
     HeartbeatRequest,
     JoinGroupRequest,
-    LeaveGroupRequest,
-    OffsetCommitRequest,
-    OffsetFetchRequest,
-    SyncGroupRequest,
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
 )
 
 __all__ = ["CoordinatorLink"]
@@ -54,7 +57,7 @@ _JOIN_SLACK = 5.0  # Kafka gives a JoinGroup the rebalance timeout plus 5 s
 class CoordinatorLink:
     """The membership thread's cluster connections; ``open`` it on that thread."""
 
-    def __init__(self, client: ClientConfig, config: GroupConfig) -> None:
+    def __init__(self, client: ClientConfig, config: GroupConfig | ConsumerGroupConfig) -> None:
         self.client_config = client
         self.config = config
         self._cluster: Cluster | None = None
@@ -94,7 +97,7 @@ class CoordinatorLink:
         timeout = request_timeout
         if isinstance(request, JoinGroupRequest):
             timeout = max(self.config.rebalance_timeout_ms / 1000, request_timeout) + _JOIN_SLACK
-        elif isinstance(request, HeartbeatRequest):
+        elif isinstance(request, HeartbeatRequest | ConsumerGroupHeartbeatRequest):
             # An answer later than the session timeout is worthless: the session is over.
             timeout = min(request_timeout, self.config.session_timeout_ms / 1000)
         with self._sent_lock:
@@ -119,14 +122,10 @@ class CoordinatorLink:
         try:
             broker = cluster.find_coordinator(self.config.group_id)
             connection = cluster.connection(broker.node_id)
-            versions = CoordinatorVersions(
-                join_group=connection.version_for(JoinGroupRequest.api_key),
-                sync_group=connection.version_for(SyncGroupRequest.api_key),
-                heartbeat=connection.version_for(HeartbeatRequest.api_key),
-                leave_group=connection.version_for(LeaveGroupRequest.api_key),
-                offset_commit=connection.version_for(OffsetCommitRequest.api_key),
-                offset_fetch=connection.version_for(OffsetFetchRequest.api_key),
-            )
+            negotiation = connection.negotiation
+            assert negotiation is not None  # connected
+            offered = {api.api_key: api.broker for api in negotiation.apis if api.broker}
+            versions = CoordinatorVersions.negotiate(offered)
         except UnsupportedVersionError:
             raise  # no common version: nothing to retry
         except BrokerError as exc:
@@ -165,3 +164,25 @@ class CoordinatorLink:
             info = view.topic(name)
             counts[name] = len(info.partitions) if info is not None and not info.error_code else 0
         return MetadataUpdate(counts)
+
+    def topic_names(self, topic_ids: frozenset[uuid.UUID]) -> TopicNames:
+        """The names of ``topic_ids`` (Metadata v10+ by topic id; a consumer-protocol
+        coordinator assigns by id). An id the cluster does not know (now) is None; one the
+        request could not reach stays unnamed, and the machine asks again."""
+        cluster = self._cluster
+        assert cluster is not None
+        request = MetadataRequest(
+            topics=tuple(MetadataRequestTopic(topic_id=t, name=None) for t in sorted(topic_ids))
+        )
+        try:
+            response = cluster.request(cluster.any_connection(), request)
+        except (BrokerError, KafkaConnectionError, ProtocolError) as exc:
+            log.info("group %r: topic names failed: %s", self.config.group_id, exc)
+            return TopicNames({})
+        if not isinstance(response, MetadataResponse):
+            return TopicNames({})
+        names: dict[uuid.UUID, str | None] = {}
+        for topic in response.topics:
+            if topic.topic_id in topic_ids:
+                names[topic.topic_id] = topic.name if not topic.error_code else None
+        return TopicNames(names)

@@ -1,5 +1,6 @@
-"""The membership thread's loop: ``GroupMachine`` fed the time, the caller's commands and
-the coordinator's answers (``GroupMember`` in ``membership.py`` starts it; its module
+"""The membership thread's loop: ``GroupMachine`` (classic protocol) or ``ConsumerMachine``
+(KIP-848, when the member's config is a ``ConsumerGroupConfig``) fed the time, the
+caller's commands and the coordinator's answers (``GroupMember`` in ``membership.py`` starts it; its module
 docstring tells the whole story).
 
 ``MembershipThread`` is everything the thread owns: the machine, the outputs
@@ -14,24 +15,31 @@ from __future__ import annotations
 import logging
 import queue
 import time
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import cast
 
 from ingest.client import ClientConfig
 from ingest.errors import GroupError
 from ingest.group import (
     Commit,
     CommitFailed,
+    ConsumerGroupConfig,
+    ConsumerMachine,
+    ConsumerState,
     FetchCommitted,
     FindCoordinator,
     GroupConfig,
     GroupMachine,
+    GroupWarning,
     Input,
     Leave,
     MemberState,
     NeedMetadata,
+    NeedTopicNames,
     OffsetFetchFailed,
     OffsetsCommitted,
     OffsetsFetched,
@@ -41,7 +49,9 @@ from ingest.group import (
     RevocationDone,
     SendRequest,
     Tick,
+    TopicNames,
 )
+from ingest.group.consumer_events import CONSUMER_INPUT_TYPES, ConsumerInput
 from ingest.supervisor.membership_io import CoordinatorLink
 
 __all__ = ["IDLE_WAIT", "Close", "Command", "MemberStatus", "MembershipThread", "Stopped"]
@@ -95,7 +105,7 @@ class MembershipThread:
     def __init__(
         self,
         client: ClientConfig,
-        config: GroupConfig,
+        config: GroupConfig | ConsumerGroupConfig,
         commands: queue.SimpleQueue[Command | Close],
         events: queue.SimpleQueue[Output | Stopped],
     ) -> None:
@@ -105,8 +115,13 @@ class MembershipThread:
         self.status = MemberStatus(MemberState.UNJOINED, -1, "", frozenset(), False)
         self._commands = commands
         self._events = events
-        self._machine = GroupMachine(config)
-        self._outputs: deque[Output] = deque()
+        self._machine: GroupMachine | ConsumerMachine
+        if isinstance(config, ConsumerGroupConfig):
+            # KIP-1082: the member draws its own id, once for the life of the process.
+            self._machine = ConsumerMachine(config, member_id=str(uuid.uuid4()))
+        else:
+            self._machine = GroupMachine(config)
+        self._outputs: deque[Output | NeedTopicNames | GroupWarning] = deque()
         self._commit_replies: deque[tuple[Mapping[Partition, int], Reply]] = deque()
         self._fetch_replies: deque[Reply] = deque()
         self._unacknowledged_revocations = 0
@@ -143,8 +158,13 @@ class MembershipThread:
             return False
         if time.monotonic() > close.deadline:
             return True
-        state = self._machine.state
+        state = self._state()
         return not self._outputs and (state is MemberState.UNJOINED or state in _TERMINAL)
+
+    def _state(self) -> MemberState:
+        """The machine's state; a consumer-protocol state as the classic one it acts like."""
+        state = self._machine.state
+        return state.for_offsets if isinstance(state, ConsumerState) else state
 
     def _wait_for_command(self) -> Command | Close | None:
         now = time.monotonic()
@@ -187,18 +207,25 @@ class MembershipThread:
         self._unacknowledged_revocations -= 1
         self._handle(RevocationDone())
 
-    def _handle(self, event: Input) -> None:
+    def _handle(self, event: Input | TopicNames) -> None:
         """Hand ``event`` to the machine; its outputs wait in order for ``_step``."""
-        outputs = self._machine.handle(event, time.monotonic())
+        machine = self._machine
+        if isinstance(machine, ConsumerMachine):
+            # Only the classic machine asks for what the rest of Input answers (MetadataUpdate,
+            # JoinGroup/SyncGroup/Heartbeat/LeaveGroup responses).
+            assert isinstance(event, CONSUMER_INPUT_TYPES), event
+            outputs: list[Output | NeedTopicNames | GroupWarning] = list(
+                machine.handle(cast(ConsumerInput, event), time.monotonic())
+            )
+            generation, leader = machine.member_epoch, False
+        else:
+            assert not isinstance(event, TopicNames)
+            outputs = list(machine.handle(event, time.monotonic()))
+            generation, leader = machine.generation_id, machine.is_leader
         self._unacknowledged_revocations += sum(isinstance(o, PartitionsRevoked) for o in outputs)
         self._outputs.extend(outputs)
-        machine = self._machine
         self.status = MemberStatus(
-            machine.state,
-            machine.generation_id,
-            machine.member_id,
-            machine.assignment,
-            machine.is_leader,
+            self._state(), generation, machine.member_id, machine.assignment, leader
         )
 
     def _step(self) -> None:
@@ -222,6 +249,14 @@ class MembershipThread:
                 if update is not None:
                     self._handle(update)
                 return
+            if isinstance(output, NeedTopicNames):
+                self._handle(self.link.topic_names(output.topic_ids))
+                return
+            if isinstance(output, GroupWarning):
+                log.warning(
+                    "group %r: %s: %s", self.config.group_id, output.error_name, output.message
+                )
+                continue
             self._deliver(output)
 
     def _deliver(self, event: Output) -> None:
@@ -241,7 +276,10 @@ class MembershipThread:
         if error is None:
             # Events the close deadline cut short still reach the caller; requests are dropped.
             for output in self._outputs:
-                if not isinstance(output, SendRequest | FindCoordinator | NeedMetadata):
+                if not isinstance(
+                    output,
+                    SendRequest | FindCoordinator | NeedMetadata | NeedTopicNames | GroupWarning,
+                ):
                     self._deliver(output)
         for _, reply in self._commit_replies:
             if reply is not None and not reply.done():

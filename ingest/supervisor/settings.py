@@ -12,6 +12,7 @@ from ingest.client.config import SaslConfig, TlsConfig
 from ingest.config import IngestConfig
 from ingest.config.sections import TlsSection
 from ingest.group import (
+    ConsumerGroupConfig,
     CooperativeStickyAssignor,
     GroupConfig,
     Partition,
@@ -28,9 +29,11 @@ from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSetti
 
 __all__ = [
     "client_config",
+    "consumer_group_config",
     "fetch_settings",
     "group_config",
     "handoff_config",
+    "member_config",
     "s3_options",
     "table_config",
     "wanted_space",
@@ -123,9 +126,39 @@ def group_config(config: IngestConfig) -> GroupConfig:
     )
 
 
+def consumer_group_config(config: IngestConfig) -> ConsumerGroupConfig:
+    """The member's settings in a consumer-protocol group (``source.group_protocol =
+    "consumer"``, KIP-848). ``session_timeout`` is only how long the member keeps its
+    partitions without a heartbeat answer: the group's own is the broker's."""
+    source = config.source
+    return ConsumerGroupConfig(
+        group_id=source.group_id,
+        group_instance_id=source.group_instance_id,
+        server_assignor=source.server_assignor,
+        rebalance_timeout_ms=int(float(source.rebalance_timeout) * 1000),
+        session_timeout_ms=int(float(source.session_timeout) * 1000),
+        heartbeat_interval_ms=int(float(source.heartbeat_interval) * 1000),
+        leave_on_close=source.leave_group_on_shutdown is not False,
+    )
+
+
+def member_config(config: IngestConfig) -> GroupConfig | ConsumerGroupConfig:
+    """The group member's settings for the protocol ``source.group_protocol`` names."""
+    if config.source.group_protocol == "consumer":
+        return consumer_group_config(config)
+    return group_config(config)
+
+
 def rebalance_protocol_note(config: IngestConfig) -> str:
     """Which rebalance protocol ``source.assignors`` puts in force, and why: cooperative
     only when every assignor listed supports it (Kafka's rule, ``GroupConfig``)."""
+    if config.source.group_protocol == "consumer":
+        assignor = config.source.server_assignor or "the group's default"
+        return (
+            "group protocol: consumer (KIP-848): the coordinator assigns (server assignor: "
+            f"{assignor}) and every rebalance is incremental: it stops only the workers of "
+            "partitions that change owner; source.assignors is not used"
+        )
     group = group_config(config)
     if group.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
         return (

@@ -359,6 +359,29 @@ def test_print_config_says_why_the_protocol_is_eager(tmp_path: Path) -> None:
     assert first.startswith("# rebalance protocol: eager, because source.assignors lists range")
 
 
+def test_print_config_names_the_consumer_protocol_and_rejects_an_unknown_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.toml"
+    base = "[kafka]\nbootstrap_servers = ['127.0.0.1:9']\n[table]\nuri = '/tmp/x'\n"
+    path.write_text(
+        base + "[source]\ntopics = ['t']\ngroup_id = 'g'\ngroup_protocol = 'consumer'\n"
+        "server_assignor = 'range'\n"
+    )
+    first = _print_config(path).stdout.splitlines()[0]
+    assert first.startswith("# group protocol: consumer (KIP-848)"), first
+    assert "server assignor: range" in first
+    path.write_text(base + "[source]\ntopics = ['t']\ngroup_id = 'g'\ngroup_protocol = 'new'\n")
+    refused = subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "run", "-c", str(path), "--print-config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "source.group_protocol" in refused.stderr, refused.stderr
+
+
 def test_ingest_broker_without_the_broker_extra_says_how_to_get_it(tmp_path: Path) -> None:
     # As after a plain `pip install ingest`: the wheel that ships Tansu is not importable.
     code = (
