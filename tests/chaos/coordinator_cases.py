@@ -200,9 +200,7 @@ def coordinator_kill_rebalance(env: ChaosEnv, seed: int) -> Outcome:
     trigger = rng.choice(["joins", "leaves"])
     when = moment(rng)
     down = down_for(rng)
-    outcome = Outcome(
-        name, seed, f"a second member {trigger} at {when[0]} #{when[1]} +{when[2]}s: "
-    )
+    outcome = Outcome(name, seed, f"a second member {trigger}")
     first = Run(["run", "-c", str(setup.path)], setup.work / "run-1.log")
     runs = [first]
     producer = None
@@ -215,11 +213,14 @@ def coordinator_kill_rebalance(env: ChaosEnv, seed: int) -> Outcome:
             second = Run(["run", "-c", str(setup.path)], setup.work / "run-2.log")
             runs.append(second)
             _wait_owns_some(second, 90)
+            # Its own moment: it starts 2 workers, and its first batch may be its only one.
             timed = second
+            when = (when[0], min(when[1], 2) if when[0] == "worker_started" else 1, when[2])
         else:
             timed = first
         if not wait_moment(timed, when):
             raise CaseFailed(f"the run ended before the fault moment {when}")
+        outcome.fault += f" at {when[0]} #{when[1]} +{when[2]}s: "
         keeper = the_coordinator(setup)
         node = cluster.node(keeper)
         log = NodeLog(node)
@@ -303,10 +304,11 @@ def coordinator_kill_commit(env: ChaosEnv, seed: int) -> Outcome:
     producer = None
     try:
         run.wait_for("partitions_assigned", 1, 90)
-        producer = Producer(
-            setup, rng.randint(5, 10), retries=1_000_000, message_timeout_ms=120_000
-        )
+        # Rounds until the hold (not a drawn few): the n-th batch needs records to come
+        # (seed 202 waited for a third batch after 6 rounds had all landed in two).
+        producer = Producer(setup, 500, retries=1_000_000, message_timeout_ms=120_000)
         held = _wait_held(run, nth, 120)
+        producer.stop(timeout=0)  # no more rounds; the one under way ends by itself
         keeper = the_coordinator(setup)
         node = cluster.node(keeper)
         time.sleep(max(0.0, held + delay - time.monotonic()))  # a drawn moment of the hold
