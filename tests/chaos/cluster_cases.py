@@ -235,14 +235,16 @@ def replicas(setup: Setup) -> dict[int, tuple[list[int], list[int]]]:
     }
 
 
-def _move_off(rng: random.Random, cluster: KafkaCluster, setup: Setup) -> tuple[int, str]:
+def _move_off(rng: random.Random, cluster: KafkaCluster, setup: Setup) -> tuple[int, str, float]:
     """Kills or pauses a node preferred to lead some partitions until others lead them,
-    then brings it back and waits until it is in sync again; returns (node, how)."""
+    then brings it back and waits until it is in sync again; returns (node, how, seconds
+    until others led)."""
     preferred = {p: r[0] for p, (r, _) in replicas(setup).items()}
     node_id = rng.choice(sorted(set(preferred.values())))
     how = rng.choice(["SIGKILL", "SIGSTOP"])
     mine = [p for p, n in preferred.items() if n == node_id]
     node = cluster.node(node_id)
+    began = time.monotonic()
     if how == "SIGKILL":
         node.kill()
     else:
@@ -254,6 +256,7 @@ def _move_off(rng: random.Random, cluster: KafkaCluster, setup: Setup) -> tuple[
             60,
             f"partitions {mine} to move off node {node_id}",
         )
+        moved = time.monotonic() - began
     finally:
         if how == "SIGKILL":
             node.start()
@@ -264,7 +267,7 @@ def _move_off(rng: random.Random, cluster: KafkaCluster, setup: Setup) -> tuple[
         90,
         f"node {node_id} back in sync",
     )
-    return node_id, how
+    return node_id, how, moved
 
 
 def leader_election(env: ChaosEnv, seed: int) -> Outcome:
@@ -280,7 +283,7 @@ def leader_election(env: ChaosEnv, seed: int) -> Outcome:
     cluster = env.cluster
     all_running(cluster)
     setup = prepare(env, rng, name, broker=cluster)
-    node_id, how = _move_off(rng, cluster, setup)
+    node_id, how, moved = _move_off(rng, cluster, setup)
     when = moment(rng)
     outcome = Outcome(
         name, seed, f"{how} node {node_id} until others led; election at {when[0]} #{when[1]}: "
@@ -324,6 +327,7 @@ def leader_election(env: ChaosEnv, seed: int) -> Outcome:
         run.kill()
         all_running(cluster)
     outcome.notes.append(
+        f"others led node {node_id}'s partitions {moved:.1f}s after the {how}; "
         f"assigned {run.count('partitions_assigned')}x, lost {run.count('partitions_lost')}x"
     )
     settle(env, setup, outcome, survives=True)

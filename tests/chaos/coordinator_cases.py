@@ -271,7 +271,7 @@ def _judge_rebalance_kill(text: str, group: str, old: int, keeper: int, outcome:
     elif _stabilized(text, group, new):
         stage = "CompletingRebalance: JoinGroups answered, SyncGroup open"
     else:
-        stage = "PreparingRebalance: JoinGroup open"
+        stage = "PreparingRebalance: the join phase open"
     outcome.fault += f"SIGKILL coordinator {keeper} in generation {old} -> {new} ({stage})"
 
 
