@@ -8,8 +8,10 @@ moments of the group protocol that matter to a run:
   JoinGroup or SyncGroup still open. The dead node's log proves it afterwards.
 * ``coordinator-kill-commit``: mid-commit. The supervisor is held right after a Delta
   commit (``INGEST_FAULT_POINT=after_delta_commit:N:stall=S``), before it sends that
-  batch's OffsetCommit; the coordinator is killed during the hold, so the OffsetCommit goes
-  to a dead coordinator. The table is then ahead of the group: the txn versions must win.
+  batch's OffsetCommit; the coordinator is killed during the hold, early (the member's
+  session ends within the hold: its partitions are lost, the OffsetCommit never sent) or
+  late (the OffsetCommit goes to the dead coordinator), drawn. The table is then ahead of
+  the group: the txn versions must win.
 
 The killed node stays down 3-5 s (back before the controller fences it) or 10-14 s (past
 Kafka's 9 s broker session: the group moves to another coordinator), drawn, then restarts.
