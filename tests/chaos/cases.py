@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.chaos.broker_cases import broker_kill, broker_pause
-from tests.chaos.cluster_cases import leader_kill, node_pause, partitions_added
+from tests.chaos.cluster_cases import leader_election, leader_kill, node_pause, partitions_added
+from tests.chaos.coordinator_cases import coordinator_kill_commit, coordinator_kill_rebalance
 from tests.chaos.handoff_cases import handoff_full, handoff_unwritable
 from tests.chaos.pieces import ChaosEnv, Outcome
 from tests.chaos.process_cases import kill_between_commits, kill_spark, kill_supervisor, kill_worker
@@ -43,4 +44,7 @@ CASES: dict[str, Callable[[ChaosEnv, int], Outcome]] = {
     "leader-kill": leader_kill,
     "node-pause": node_pause,
     "partitions-added": partitions_added,
+    "coordinator-kill-rebalance": coordinator_kill_rebalance,
+    "coordinator-kill-commit": coordinator_kill_commit,
+    "leader-election": leader_election,
 }

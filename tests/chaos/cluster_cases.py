@@ -6,7 +6,10 @@
   move meanwhile): the running fetcher must follow the new leader;
 * ``node-pause``: SIGSTOP a node (the group coordinator or a partition leader, drawn) for
   longer than the session timeout, then SIGCONT;
-* ``partitions-added``: two partitions added to the topic mid-run (CreatePartitions).
+* ``partitions-added``: two partitions added to the topic mid-run (CreatePartitions);
+* ``leader-election``: a preferred-leader election (ElectLeaders) mid-run, after a node
+  preferred to lead was killed or paused until others led its partitions, and is back in
+  sync: leadership moves back under the running fetchers.
 
 The run must ride the fault out (exit 0 after SIGTERM, no rerun) with an exact table; the
 fault must hit a node that mattered (it led a partition or coordinated the group). Every
@@ -37,6 +40,7 @@ from tests.chaos.pieces import (
     produce_rounds,
     settle,
     wait_moment,
+    wait_until,
 )
 from tests.runtime.support import records
 
@@ -58,7 +62,7 @@ def coordinator(setup: Setup) -> int:
     return int(future.result(timeout=30).coordinator.id)
 
 
-def _all_running(cluster: KafkaCluster) -> None:
+def all_running(cluster: KafkaCluster) -> None:
     for node in cluster.nodes:
         if node.running():
             node.resume()
@@ -75,7 +79,7 @@ def _node_case(
     rng = random.Random(f"{name}:{seed}")
     started = time.monotonic()
     cluster = env.cluster
-    _all_running(cluster)
+    all_running(cluster)
     setup = prepare(env, rng, name, broker=cluster, total=(16_000, 32_000))
     when = moment(rng)
     outcome = Outcome(name, seed, f"at {when[0]} #{when[1]} +{when[2]}s: ")
@@ -100,7 +104,7 @@ def _node_case(
         if producer is not None:
             producer.stop()
         run.kill()
-        _all_running(cluster)
+        all_running(cluster)
     if producer is not None and producer.errors:
         outcome.notes.append(f"producer rounds failed: {producer.errors[:2]}")
     outcome.notes.append(
@@ -184,7 +188,7 @@ def partitions_added(env: ChaosEnv, seed: int) -> Outcome:
     rng = random.Random(f"{name}:{seed}")
     started = time.monotonic()
     cluster = env.cluster
-    _all_running(cluster)
+    all_running(cluster)
     setup = prepare(env, rng, name, broker=cluster, sections={"source": {"metadata_refresh": "1s"}})
     # No records arrive before the fault: the first batch may be the only one (seed 203
     # waited for a second).
@@ -216,6 +220,116 @@ def partitions_added(env: ChaosEnv, seed: int) -> Outcome:
     )
     if len(started_new) != ADDED:
         outcome.problems.append(f"the added partitions never got a worker: {new}")
+    settle(env, setup, outcome, survives=True)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def replicas(setup: Setup) -> dict[int, tuple[list[int], list[int]]]:
+    """partition -> (its replicas, preferred first; its in-sync replicas)."""
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": setup.bootstrap}).list_topics(setup.topic, timeout=10)
+    return {
+        p: (list(i.replicas), list(i.isrs)) for p, i in meta.topics[setup.topic].partitions.items()
+    }
+
+
+def _move_off(rng: random.Random, cluster: KafkaCluster, setup: Setup) -> tuple[int, str, float]:
+    """Kills or pauses a node preferred to lead some partitions until others lead them,
+    then brings it back and waits until it is in sync again; returns (node, how, seconds
+    until others led)."""
+    preferred = {p: r[0] for p, (r, _) in replicas(setup).items()}
+    node_id = rng.choice(sorted(set(preferred.values())))
+    how = rng.choice(["SIGKILL", "SIGSTOP"])
+    mine = [p for p, n in preferred.items() if n == node_id]
+    node = cluster.node(node_id)
+    began = time.monotonic()
+    if how == "SIGKILL":
+        node.kill()
+    else:
+        node.pause()
+    try:
+        # Kafka's broker session (9 s) passes, the controller fences the node.
+        wait_until(
+            lambda: all(leaders(setup)[p] not in (node_id, -1) for p in mine),
+            60,
+            f"partitions {mine} to move off node {node_id}",
+        )
+        moved = time.monotonic() - began
+    finally:
+        if how == "SIGKILL":
+            node.start()
+        else:
+            node.resume()
+    wait_until(
+        lambda: all(node_id in isr for _, isr in replicas(setup).values()),
+        90,
+        f"node {node_id} back in sync",
+    )
+    return node_id, how, moved
+
+
+def leader_election(env: ChaosEnv, seed: int) -> Outcome:
+    """A preferred-leader election (ElectLeaders) while ``ingest run`` fetches (3 nodes),
+    after a node preferred to lead was killed or paused and came back: leadership moves
+    back to it under the running fetchers; the table ends exact without a rerun."""
+    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    name = "leader-election"
+    rng = random.Random(f"{name}:{seed}")
+    started = time.monotonic()
+    cluster = env.cluster
+    all_running(cluster)
+    setup = prepare(env, rng, name, broker=cluster)
+    node_id, how, moved = _move_off(rng, cluster, setup)
+    when = moment(rng)
+    outcome = Outcome(
+        name, seed, f"{how} node {node_id} until others led; election at {when[0]} #{when[1]}: "
+    )
+    run = Run(["run", "-c", str(setup.path)], setup.work / "run.log")
+    producer = None
+    try:
+        run.wait_for("partitions_assigned", 1, 90)
+        producer = Producer(setup, rng.randint(5, 10), retries=1_000_000)
+        if not wait_moment(run, when):
+            raise CaseFailed(f"the run ended before the fault moment {when}")
+        preferred = {p: r[0] for p, (r, _) in replicas(setup).items()}
+        before = leaders(setup)
+        off = sorted(p for p in preferred if before[p] != preferred[p])
+        admin = AdminClient({"bootstrap.servers": setup.bootstrap})
+        asked = [TopicPartition(setup.topic, p) for p in sorted(preferred)]
+        answers = admin.elect_leaders(ElectionType.PREFERRED, asked).result(timeout=30)
+        elected = sorted(tp.partition for tp, error in answers.items() if error is None)
+        wait_until(
+            lambda: all(leaders(setup)[p] == preferred[p] for p in elected),
+            30,
+            f"the elected leaders of {elected} in the metadata",
+        )
+        outcome.fault += (
+            f"leaders {dict(sorted(before.items()))} -> {dict(sorted(leaders(setup).items()))}"
+        )
+        if not elected or run.process.poll() is not None:
+            outcome.problems.append(
+                f"no leader moved under the running fetchers (off the preferred before: {off}; "
+                f"answers { ({tp.partition: str(e) for tp, e in answers.items()}) })"
+            )
+        producer.stop()
+        # Records after the election, on every partition: a fetcher left on the old leader
+        # (a follower now) leaves the table short of them.
+        produce_rounds(setup, rng.randint(4_000, 8_000), retries=1_000_000)
+        setup.produced = check(setup, complete=False).expected
+        continuous_until_landed(run, setup, outcome, timeout=180)
+    finally:
+        if producer is not None:
+            producer.stop()
+        run.kill()
+        all_running(cluster)
+    outcome.notes.append(
+        f"others led node {node_id}'s partitions {moved:.1f}s after the {how}; "
+        f"assigned {run.count('partitions_assigned')}x, lost {run.count('partitions_lost')}x"
+    )
     settle(env, setup, outcome, survives=True)
     outcome.seconds = time.monotonic() - started
     return outcome

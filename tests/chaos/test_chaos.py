@@ -58,6 +58,11 @@ SMOKE = {
     "leader-kill": 200,
     "node-pause": 200,
     "partitions-added": 200,
+    # joins: killed with the new member's JoinGroup open. Fails when the final SIGTERMs
+    # meet one of the two graceful-stop bugs it found (docs/reliability.md), until fixed.
+    "coordinator-kill-rebalance": 200,
+    "coordinator-kill-commit": 200,  # late in the hold: the OffsetCommit meets the dead node
+    "leader-election": 200,  # partition 1 back to its preferred leader, node 1
 }
 
 
