@@ -27,7 +27,7 @@ cooperative-sticky); consumer (KIP-848) sets them on the group with ``incrementa
 (``consumer.heartbeat.interval.ms``, ``consumer.session.timeout.ms``) before A joins, and the
 config's values match. Variants run interleaved, the order rotated each round.
 
-    .venv/bin/python scripts/bench/rebalance.py --rounds 3            # ~8 min
+    .venv/bin/python scripts/bench/rebalance.py --rounds 5            # ~6 min (3: ~4 min)
     .venv/bin/python scripts/bench/rebalance.py --rounds 1 --variants classic:500:6000,consumer:500:6000
 
 The last line is ``RESULT join_<consumer>_vs_<classic>=<ratio> ... leave_... restarts=<n>
