@@ -59,6 +59,7 @@ __all__ = ["GroupSource", "group_run"]
 
 log = logging.getLogger("ingest.supervisor")
 _COMMIT_RETRY_AFTER = 2.0
+_STOP_COMMIT_RETRY_AFTER = 0.2
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,17 @@ class GroupSource:
             new=",".join(str(p) for p in new),
         )
         if not new:
+            return
+        if self.engine.stopping:
+            # Partitions handed over while we stop (another member left first): starting
+            # workers now would hold the stop up; leaving the group hands them on.
+            event(
+                log,
+                "partitions_not_started",
+                level=logging.WARNING,
+                partitions=",".join(str(p) for p in new),
+                reason="assigned while stopping; leaving the group hands them on",
+            )
             return
         fetched = self._fetch_committed(new)
         committed = {p: committed_value(fetched[p]) for p in new}
@@ -379,7 +391,9 @@ class GroupSource:
             check_commit(outcome)
         except GroupError as exc:
             self.engine.metrics.inc("ingest_offset_commits_total", outcome="failed")
-            self._commit_after = time.monotonic() + _COMMIT_RETRY_AFTER
+            # Stopping, the run waits for its commits (``finished``): retry soon.
+            wait = _STOP_COMMIT_RETRY_AFTER if self.engine.stopping else _COMMIT_RETRY_AFTER
+            self._commit_after = time.monotonic() + wait
             # Fenced: the partitions are revoked or lost next; never resent as it was.
             event(
                 log,
@@ -419,11 +433,34 @@ class GroupSource:
         target = self._commit_target(state)
         return target is None or (state.committed is not None and state.committed >= target)
 
+    def _uncommitted(self) -> list[Partition]:
+        """Owned partitions whose durable offset the group does not hold yet."""
+        owned = self._committable()
+        behind = []
+        for partition in owned:
+            state = self.engine.states.get(partition)
+            if state is None:
+                continue
+            target = self._commit_target(state)
+            if target is not None and (state.committed is None or state.committed < target):
+                behind.append(partition)
+        return sorted(behind)
+
     def finished(self) -> bool:
         if self._commit_in_flight is not None:
             return False
         if self.engine.stopping:
-            return self.engine.shutdown_done() and not self.revocations
+            if not self.engine.shutdown_done() or self.revocations:
+                return False
+            # A commit refused mid-rebalance (REBALANCE_IN_PROGRESS) is retried until the
+            # group holds what the table holds, while the member can still commit; the
+            # shutdown deadline bounds the wait.
+            member = self.member
+            if member is None or member.state in (MemberState.FENCED, MemberState.FAILED):
+                return True
+            if not member.alive:
+                return True
+            return not self._uncommitted()
         if not self.until_end or not self.joined or self.engine.batch is not None:
             return False
         if self.revocations or self._member().state is not MemberState.STABLE:

@@ -281,9 +281,19 @@ class Engine:
         )
 
     def _deadline_passed(self) -> RunOutcome:
+        waiting = []
+        if self.batch is not None:
+            waiting.append("a batch was not durable")
+        live = sorted(str(s.partition) for s in self.states.values() if s.live)
+        if live:
+            waiting.append(f"workers still ran ({', '.join(live)})")
+        pending = sorted(str(s.partition) for s in self.states.values() if len(s.pending))
+        if pending:
+            waiting.append(f"segments were not landed ({', '.join(pending)})")
+        what = "; ".join(waiting) or "the group did not take the last offset commits"
         message = (
-            f"the shutdown deadline ({float(self.config.trigger.shutdown_timeout):g}s) passed "
-            "before the last batch was durable; what it held is read again on the next run"
+            f"the shutdown deadline ({float(self.config.trigger.shutdown_timeout):g}s) passed: "
+            f"{what}; what was not committed is read again on the next run"
         )
         event(log, "shutdown_deadline_passed", level=logging.ERROR)
         for state in self.states.values():
