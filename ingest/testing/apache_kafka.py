@@ -140,7 +140,16 @@ class KafkaNode:
         self.cluster = cluster
         self.node_id = node_id
         self.host = "127.0.0.1"
-        self.ports = {name: free_port() for name in (*LISTENERS, "CONTROLLER")}
+        # Distinct ports: a port freed by one draw can come back from the next (the kernel
+        # reuses it), and two listeners on one port stop the node's StorageTool format.
+        taken = {port for node in cluster.nodes for port in node.ports.values()}
+        self.ports: dict[str, int] = {}
+        for name in (*LISTENERS, "CONTROLLER"):
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            taken.add(port)
+            self.ports[name] = port
         self.directory = cluster.work_dir / f"node-{node_id}"
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config_path = self.directory / "server.properties"
@@ -344,7 +353,9 @@ class KafkaCluster:
         self.keystore.write_text(
             self.certificates.server_key.read_text() + self.certificates.server_cert.read_text()
         )
-        self.nodes = [KafkaNode(self, node_id) for node_id in range(1, nodes + 1)]
+        self.nodes: list[KafkaNode] = []
+        for node_id in range(1, nodes + 1):  # one at a time: each avoids the others' ports
+            self.nodes.append(KafkaNode(self, node_id))
         self._formatted = False
 
     # -- addresses -----------------------------------------------------------------
