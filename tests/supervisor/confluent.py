@@ -4,7 +4,8 @@ Its ownership follows librdkafka's rebalance callbacks, read as increments: ``on
 adds, ``on_revoke`` and ``on_lost`` remove. That is right for both rebalance protocols:
 under the cooperative protocol the callbacks carry only what changes, and under the eager
 one ``on_revoke`` carries the whole assignment and the next ``on_assign`` the whole new
-one. Every callback is kept with the time it came, and every record polled with its
+one; in a KIP-848 group (``group.protocol=consumer``) they are incremental as well.
+Every callback is kept with the time it came, and every record polled with its
 partition and offset; a record of a partition it did not own when polled is kept aside
 (``strays``). Callbacks and polls run on the same thread, so ownership is exact at a poll.
 """
@@ -32,7 +33,10 @@ class ConfluentMember:
     """A confluent-kafka consumer in the group, polled on its own thread.
 
     ``strategy`` is librdkafka's ``partition.assignment.strategy`` (None: its default,
-    ``range,roundrobin``).
+    ``range,roundrobin``). ``remote_assignor`` makes it a member of a KIP-848 group
+    (``group.protocol=consumer``, ``group.remote.assignor``): the coordinator assigns and
+    sets the session and heartbeat (group configs), so ``strategy``, ``session_ms`` and
+    ``heartbeat_ms`` are not given to librdkafka then (it refuses them in that protocol).
     """
 
     def __init__(
@@ -44,17 +48,22 @@ class ConfluentMember:
         strategy: str | None = "range",
         session_ms: int = SESSION_MS,
         heartbeat_ms: int = HEARTBEAT_MS,
+        remote_assignor: str | None = None,
     ) -> None:
         settings: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
-            "session.timeout.ms": session_ms,
-            "heartbeat.interval.ms": heartbeat_ms,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
         }
-        if strategy is not None:  # None: librdkafka's default, "range,roundrobin"
-            settings["partition.assignment.strategy"] = strategy
+        if remote_assignor is not None:
+            settings["group.protocol"] = "consumer"
+            settings["group.remote.assignor"] = remote_assignor
+        else:
+            settings["session.timeout.ms"] = session_ms
+            settings["heartbeat.interval.ms"] = heartbeat_ms
+            if strategy is not None:  # None: librdkafka's default, "range,roundrobin"
+                settings["partition.assignment.strategy"] = strategy
         self.consumer = Consumer(settings)
         self._owned: frozenset[Partition] = frozenset()
         self.errors: list[str] = []

@@ -9,6 +9,9 @@ every partition all along, and goes through:
 4. librdkafka closes (LeaveGroup); ours owns all 8;
 5. librdkafka comes back (a new consumer); they split 4/4 again (ours leads).
 
+(In the consumer-protocol case the coordinator assigns: there is no leader, and a
+member leaves with a ConsumerGroupHeartbeat at epoch -1 instead of a LeaveGroup.)
+
 Asserted throughout, at every poll of every wait, rebalances included: no partition is
 owned by both at once (ours as its events tell the application, librdkafka as its
 ``on_assign``/``on_revoke``/``on_lost`` callbacks do, read as increments), librdkafka reported
@@ -26,12 +29,16 @@ Asserted at each step:
   and reads them back (``fetch_committed``).
 * **a leave hands everything over within the session timeout**, both ways: from the call
   that leaves (``close``) to the other side owning all 8, measured and printed (``-s``),
-  and at most the group's ``session.timeout.ms`` (``SESSION_MS``, both sides): a member
-  that leaves says so, and the group must not wait for its session to expire.
-* **a rejoin splits 4/4 again**, no overlap. Cooperative case: the member that stayed
-  keeps what it keeps through the rejoin, on both sides (librdkafka staying in step 3,
-  ours in step 5): it is revoked exactly what the newcomer gets, never anything it ends
-  up owning, and is assigned nothing new.
+  and at most the group's session timeout (``SESSION_MS``: both sides' ``session.timeout.ms``,
+  or the KIP-848 group's ``consumer.session.timeout.ms``): a member that leaves says so
+  (ours: a LeaveGroup, or its leaving heartbeat answered, ``Left``; in the consumer-protocol
+  case the coordinator no longer lists the leaver right after ``close``, either side, since
+  there a session expiring could beat the bound), and the group must not wait for its
+  session to expire.
+* **a rejoin splits 4/4 again**, no overlap. Cooperative and consumer-protocol cases: the
+  member that stayed keeps what it keeps through the rejoin, on both sides (librdkafka
+  staying in step 3, ours in step 5): it is revoked exactly what the newcomer gets, never
+  anything it ends up owning, and is assigned nothing new.
 
 Cases:
 
@@ -42,11 +49,14 @@ Cases:
 * **cooperative-sticky on both sides** (librdkafka
   ``partition.assignment.strategy=cooperative-sticky``, ours ``[CooperativeStickyAssignor()]``):
   the cooperative protocol, with incremental callbacks on librdkafka's side.
-* **group.protocol=consumer on both sides (KIP-848): not here yet.** It needs ingest's
-  KIP-848 member (``ingest/group/consumer_machine.py``, not driven by a ``GroupMember``
-  yet). When it is, it belongs in this module as a third case with the same steps and
-  checks, on Kafka only (Tansu 0.6.0 offers no ConsumerGroupHeartbeat; docs/kafka-compat.md):
-  librdkafka with ``group.protocol=consumer`` (no assignment strategy: the broker assigns).
+* **group.protocol=consumer on both sides (KIP-848)**: ours a ``GroupMember`` with a
+  ``ConsumerGroupConfig``, librdkafka ``group.protocol=consumer``, both naming the
+  coordinator's ``uniform`` assignor (``group.remote.assignor``); the group's
+  ``consumer.session.timeout.ms`` (``SESSION_MS``) and ``consumer.heartbeat.interval.ms``
+  (``CONSUMER_HEARTBEAT_MS``, the least the harness broker allows) are set with
+  ``incremental_alter_configs`` before anyone joins. Reconciliation is incremental on both
+  sides. On Apache Kafka only: Tansu 0.6.0 offers no ConsumerGroupHeartbeat, so no KIP-848
+  group can form on it (docs/kafka-compat.md), and there is no Tansu parameter.
 
 What a mixed group needs is in docs/deploy.md ("Rebalances: cooperative by default").
 """
@@ -61,11 +71,22 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from ingest.client import Cluster
 from ingest.group import (
     Assignor,
+    ConsumerGroupConfig,
     CooperativeStickyAssignor,
+    GroupConfig,
+    Left,
+    MemberState,
     OffsetsFetched,
     Partition,
     PartitionsAssigned,
@@ -74,7 +95,7 @@ from ingest.group import (
     RebalanceProtocol,
 )
 from ingest.protocol.messages import LeaveGroupRequest
-from ingest.supervisor.membership import GroupMember, check_commit
+from ingest.supervisor.membership import Event, GroupMember, check_commit
 from ingest.testing import KafkaCluster, TansuBroker, create_topic
 from ingest.worker import FetchSettings, PartitionFetcher, StartPosition
 from tests.brokers import tansu_deviates
@@ -92,19 +113,31 @@ from tests.supervisor.support import (
 PARTITIONS = 8
 # A record to every partition this often, all through the test.
 PRODUCE_EVERY = 0.02
+# The KIP-848 group's heartbeat interval (a group config; the harness broker's
+# group.consumer.min.heartbeat.interval.ms). Its session timeout is SESSION_MS too.
+CONSUMER_HEARTBEAT_MS = 500
+# The coordinator's assignor both sides name in the KIP-848 case.
+SERVER_ASSIGNOR = "uniform"
 
 
 @dataclass(frozen=True)
 class Case:
     ours: tuple[Callable[[], Assignor], ...]
     theirs: str | None  # librdkafka's partition.assignment.strategy; None: its default
-    protocol: RebalanceProtocol
+    protocol: RebalanceProtocol  # the classic group's; the consumer protocol's is incremental
+    consumer: bool = False  # group.protocol=consumer on both sides (KIP-848)
+
+    @property
+    def incremental(self) -> bool:
+        """Whether the member that stays keeps its partitions through a rejoin."""
+        return self.consumer or self.protocol is RebalanceProtocol.COOPERATIVE
 
 
 DEFAULTS = Case((CooperativeStickyAssignor, RangeAssignor), None, RebalanceProtocol.EAGER)
 COOPERATIVE = Case(
     (CooperativeStickyAssignor,), "cooperative-sticky", RebalanceProtocol.COOPERATIVE
 )
+CONSUMER = Case((), None, RebalanceProtocol.COOPERATIVE, consumer=True)
 
 
 @dataclass(frozen=True)
@@ -174,8 +207,19 @@ class Ours:
     """Our member, with a ``PartitionFetcher`` for each partition it owns."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, case: Case, name: str) -> None:
-        config = group_config(group, assignors=tuple(make() for make in case.ours))
-        assert config.rebalance_protocol is case.protocol
+        config: GroupConfig | ConsumerGroupConfig
+        if case.consumer:
+            config = ConsumerGroupConfig(
+                group_id=group,
+                server_assignor=SERVER_ASSIGNOR,
+                session_timeout_ms=SESSION_MS,  # the group's, set by consumer_group_settings
+                heartbeat_interval_ms=CONSUMER_HEARTBEAT_MS,
+                rebalance_timeout_ms=10_000,
+            )
+        else:
+            config = group_config(group, assignors=tuple(make() for make in case.ours))
+            assert config.rebalance_protocol is case.protocol
+        self.consumer = case.consumer
         member = GroupMember(client_config(bootstrap), config, name=name)
         member.subscribe([topic])
         self.recorder = Recorder(member, name)
@@ -186,6 +230,20 @@ class Ours:
     @property
     def owned(self) -> frozenset[Partition]:
         return self.recorder.owned
+
+    @property
+    def stable(self) -> bool:
+        """Stable, with everything it owns handed to the application. In a KIP-848 group
+        the member epoch moves on without an assignment of its own (another member's
+        change), so there the last PartitionsAssigned need not carry the current epoch."""
+        if not self.consumer:
+            return self.recorder.stable
+        member = self.recorder.member
+        return (
+            member.state is MemberState.STABLE
+            and bool(self.recorder.of(PartitionsAssigned))
+            and self.owned == member.assignment
+        )
 
     def fetch(self) -> None:
         """One Fetch for each partition it owns; drops the fetchers of partitions it does not."""
@@ -218,12 +276,14 @@ class Ours:
         read = {tp: c.offset for tp, c in fetched.offsets.items() if c is not None}
         assert read == offsets
 
-    def close(self) -> None:
+    def close(self) -> list[Event]:
+        """Closes the fetchers and the member (it leaves); the events the close gave."""
         for fetcher in self.fetchers.values():
             fetcher.close()
         self.cluster.close()
         if self.recorder.member.alive:
-            self.recorder.member.close()
+            return self.recorder.member.close()
+        return []
 
 
 class Group:
@@ -247,7 +307,11 @@ class Group:
 
     def join_theirs(self) -> ConfluentMember:
         self.theirs = ConfluentMember(
-            self.bootstrap, self.group, self.topic, strategy=self.case.theirs
+            self.bootstrap,
+            self.group,
+            self.topic,
+            strategy=self.case.theirs,
+            remote_assignor=SERVER_ASSIGNOR if self.case.consumer else None,
         )
         return self.theirs
 
@@ -306,7 +370,7 @@ class Group:
         mine, its = self.owned()
         return (
             self.ours is not None
-            and self.ours.recorder.stable
+            and self.ours.stable
             and mine | its == self.everything
             and len(mine) == len(its) == PARTITIONS // 2
         )
@@ -338,26 +402,50 @@ class Group:
         assert self.ours is not None and self.theirs is not None
         theirs = self.theirs
         member = self.ours.recorder.member
+        member_id = member.member_id
         start = time.monotonic()
-        self.ours.close()
+        events = self.ours.close()
         self.ours = None
         left = time.monotonic() - start
-        # It said it left: the group need not wait for its session to expire.
-        assert member.requests_sent(LeaveGroupRequest.api_key) == 1
+        # It said it left: the group need not wait for its session to expire. A KIP-848
+        # member says it with its leaving heartbeat (epoch -1): answered without error, and
+        # the coordinator has let it go already (a member that went quietly stays listed
+        # until its session expires). The time bound alone cannot tell: closed without the
+        # leaving heartbeat, ours handed over in 1.85 s, its session expiring 1.5-2 s after
+        # its last heartbeat.
+        leave_groups = member.requests_sent(LeaveGroupRequest.api_key)
+        if self.case.consumer:
+            assert leave_groups == 0
+            assert Left() in events, f"ours did not leave cleanly: {events}"
+            members = group_members(self.bootstrap, self.group)
+            assert member_id not in members, f"ours ({member_id}) is still in {members}"
+        else:
+            assert leave_groups == 1
         self.until(lambda: theirs.owned == self.everything, "librdkafka to own everything")
         return Handoff("ours", left, time.monotonic() - start)
+
+    def _theirs_member_id(self) -> str:
+        """librdkafka's member id, as the coordinator lists it: its ``Consumer.memberid()``,
+        called beside the thread that polls, blocked for minutes."""
+        assert self.ours is not None
+        members = set(group_members(self.bootstrap, self.group))
+        others = members - {self.ours.recorder.member.member_id}
+        assert len(others) == 1, members
+        return others.pop()
 
     def theirs_leaves(self) -> Handoff:
         """librdkafka leaves; how long that took, and until ours owned everything."""
         assert self.ours is not None and self.theirs is not None
-        recorder = self.ours.recorder
+        ours = self.ours
+        member_id = self._theirs_member_id() if self.case.consumer else None
         start = time.monotonic()
         self.theirs.close()
         self.theirs = None
         left = time.monotonic() - start
-        self.until(
-            lambda: recorder.stable and recorder.owned == self.everything, "ours to own everything"
-        )
+        if member_id is not None:  # as for ours: its leaving heartbeat was taken
+            members = group_members(self.bootstrap, self.group)
+            assert member_id not in members, f"librdkafka ({member_id}) is still in {members}"
+        self.until(lambda: ours.stable and ours.owned == self.everything, "ours to own everything")
         return Handoff("librdkafka", left, time.monotonic() - start)
 
     def close(self) -> None:
@@ -398,6 +486,66 @@ def _ours_kept_its_partitions(
     assert not frozenset().union(*added), f"ours was assigned {added} while one joined"
 
 
+def consumer_group_settings(bootstrap: str, group: str) -> None:
+    """The KIP-848 group's session timeout and heartbeat interval (group configs, Kafka
+    3.8+), set before anyone joins: by default 45 s and 5 s."""
+    entries = [
+        ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
+        for name, value in (
+            ("consumer.session.timeout.ms", SESSION_MS),
+            ("consumer.heartbeat.interval.ms", CONSUMER_HEARTBEAT_MS),
+        )
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=15)
+
+
+def group_members(bootstrap: str, group: str) -> list[str]:
+    """The member ids the coordinator lists in ``group`` (librdkafka's admin client)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(timeout=15)
+    return [member.member_id for member in described.members]
+
+
+def _share_hand_over_and_split_again(mixed: Group, test: str) -> None:
+    """The five steps of the module docstring, and their checks."""
+    case = mixed.case
+    ours = mixed.join_ours()
+    mixed.until(lambda: ours.stable and ours.owned == mixed.everything, "ours alone")
+    mixed.join_theirs()
+    mixed.wait_for_split("ours and librdkafka to split")
+    if not case.consumer:  # the coordinator assigns in a KIP-848 group: no leader
+        assert ours.recorder.member.status.is_leader
+    mixed.progress("split")
+
+    mixed.ours_leaves().check(test)
+    mixed.progress("librdkafka alone")
+
+    theirs = mixed.theirs
+    assert theirs is not None
+    before, since = theirs.owned, time.monotonic()
+    ours = mixed.join_ours()
+    mixed.wait_for_split("ours to rejoin and split")
+    assert not ours.recorder.member.status.is_leader
+    if case.incremental:
+        _librdkafka_kept_its_partitions(theirs, before, since, ours.owned)
+    mixed.progress("split after ours rejoined")
+
+    mixed.theirs_leaves().check(test)
+    mixed.progress("ours alone")
+
+    before, since = ours.owned, time.monotonic()
+    theirs = mixed.join_theirs()
+    mixed.wait_for_split("librdkafka to rejoin and split")
+    if not case.consumer:
+        assert ours.recorder.member.status.is_leader
+    if case.incremental:
+        _ours_kept_its_partitions(ours, before, since, theirs.owned)
+    mixed.progress("split after librdkafka rejoined")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
@@ -423,37 +571,22 @@ def test_ours_and_librdkafka_share_hand_over_and_split_again(
         )
     create_topic(any_broker.bootstrap, topic, partitions=PARTITIONS)
     mixed = Group(any_broker.bootstrap, group, topic, case)
-    cooperative = case.protocol is RebalanceProtocol.COOPERATIVE
     try:
-        ours = mixed.join_ours()
-        mixed.until(lambda: ours.recorder.stable and ours.owned == mixed.everything, "ours alone")
-        mixed.join_theirs()
-        mixed.wait_for_split("ours and librdkafka to split")
-        assert ours.recorder.member.status.is_leader
-        mixed.progress("split")
+        _share_hand_over_and_split_again(mixed, request.node.name)
+    finally:
+        mixed.close()
 
-        mixed.ours_leaves().check(request.node.name)
-        mixed.progress("librdkafka alone")
 
-        theirs = mixed.theirs
-        assert theirs is not None
-        before, since = theirs.owned, time.monotonic()
-        ours = mixed.join_ours()
-        mixed.wait_for_split("ours to rejoin and split")
-        assert not ours.recorder.member.status.is_leader
-        if cooperative:
-            _librdkafka_kept_its_partitions(theirs, before, since, ours.owned)
-        mixed.progress("split after ours rejoined")
-
-        mixed.theirs_leaves().check(request.node.name)
-        mixed.progress("ours alone")
-
-        before, since = ours.owned, time.monotonic()
-        theirs = mixed.join_theirs()
-        mixed.wait_for_split("librdkafka to rejoin and split")
-        assert ours.recorder.member.status.is_leader
-        if cooperative:
-            _ours_kept_its_partitions(ours, before, since, theirs.owned)
-        mixed.progress("split after librdkafka rejoined")
+@pytest.mark.slow
+def test_ours_and_librdkafka_share_hand_over_and_split_again_in_a_consumer_protocol_group(
+    broker: KafkaCluster, request: pytest.FixtureRequest, topic: str, group: str
+) -> None:
+    """Case 3, group.protocol=consumer on both sides: Apache Kafka only (Tansu 0.6.0 offers
+    no ConsumerGroupHeartbeat)."""
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    consumer_group_settings(broker.bootstrap, group)
+    mixed = Group(broker.bootstrap, group, topic, CONSUMER)
+    try:
+        _share_hand_over_and_split_again(mixed, request.node.name)
     finally:
         mixed.close()
