@@ -10,6 +10,7 @@ assignor must split 6 partitions 3/3, and a member leaving (epoch -1) must hand 
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections import deque
@@ -43,7 +44,12 @@ from ingest.group import (
     Tick,
 )
 from ingest.group.consumer_config import ConsumerGroupConfig
-from ingest.group.consumer_events import ConsumerOutput, NeedTopicNames, TopicNames
+from ingest.group.consumer_events import (
+    ConsumerOutput,
+    NeedTopicNames,
+    SubscribeRegex,
+    TopicNames,
+)
 from ingest.group.consumer_machine import ConsumerMachine
 from ingest.group.consumer_transitions import ConsumerState
 from ingest.protocol.messages import (
@@ -244,3 +250,23 @@ def test_a_static_member_leaving_at_minus_2_gets_its_partitions_back_on_restart(
     assert b.consuming == b_before
     assert [e for e in b.events if isinstance(e, PartitionsRevoked)] == []
     assert time.monotonic() - started < 30
+
+
+def test_a_regex_subscription_is_resolved_by_the_coordinator(
+    broker: KafkaCluster, topic: str, group: str, drivers: list[Driver]
+) -> None:
+    """SubscribedTopicRegex (ConsumerGroupHeartbeat v1): the coordinator resolves the
+    pattern to the topics it matches, and a topic created later that matches joins."""
+    _set_heartbeat_interval(broker, group)
+    create_topic(broker.bootstrap, f"{topic}-a", partitions=2)
+    create_topic(broker.bootstrap, f"{topic}-b", partitions=1)
+    create_topic(broker.bootstrap, f"other-{topic}", partitions=1)  # does not match
+    a = drivers[0]
+    a.feed(SubscribeRegex(f"{re.escape(topic)}-.*"))
+    matched = {Partition(f"{topic}-a", 0), Partition(f"{topic}-a", 1), Partition(f"{topic}-b", 0)}
+    _run_until(drivers, lambda: a.consuming == matched, timeout=30)
+    assert a.machine.assignment == matched
+    # A new matching topic: the coordinator's regex refresh (Kafka resolves regexes
+    # asynchronously) brings it in without a new subscription.
+    create_topic(broker.bootstrap, f"{topic}-c", partitions=1)
+    _run_until(drivers, lambda: a.consuming == matched | {Partition(f"{topic}-c", 0)}, timeout=60)
