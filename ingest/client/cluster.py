@@ -339,8 +339,8 @@ class Cluster:
             mode = self.config.list_offsets
             if mode == "auto":
                 negotiation = self.any_connection().negotiation
-                api = negotiation.get(OffsetForLeaderEpochRequest.api_key) if negotiation else None
-                trusted = api is not None and api.broker is not None
+                key = OffsetForLeaderEpochRequest.api_key
+                trusted = negotiation is not None and negotiation.speaks(key)
                 log.debug("ListOffsets answers %s (auto)", "trusted" if trusted else "checked")
                 self._trust_list_offsets = trusted
             else:

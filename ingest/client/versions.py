@@ -40,6 +40,11 @@ class Negotiation:
                 return api
         return None
 
+    def speaks(self, api_key: int) -> bool:
+        """Whether both sides have a version of ``api_key`` in common."""
+        api = self.get(api_key)
+        return api is not None and api.chosen is not None
+
     def version_for(self, api_key: int, *, broker: str = "the broker") -> int:
         """The version to use; UnsupportedVersionError names the API and both ranges."""
         api = self.get(api_key)

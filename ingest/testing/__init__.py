@@ -22,6 +22,7 @@ from ingest.testing.kafka import (
     produce,
     produce_transactions,
     read_topic,
+    set_group_configs,
     unique_name,
 )
 from ingest.testing.probe import api_versions_answered
@@ -46,6 +47,7 @@ __all__ = [
     "produce",
     "produce_transactions",
     "read_topic",
+    "set_group_configs",
     "tansu_binary",
     "unique_name",
     "verify_exact",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -101,6 +101,29 @@ def create_topic(
 def delete_topic(bootstrap: str, name: str, *, timeout: float = 15.0) -> None:
     futures = _admin(bootstrap).delete_topics([name], operation_timeout=timeout)
     futures[name].result(timeout)
+
+
+def set_group_configs(
+    bootstrap: str, group: str, configs: Mapping[str, int | str], *, timeout: float = 15.0
+) -> None:
+    """Sets a consumer group's own configs (Kafka 3.8+, e.g. a KIP-848 group's
+    ``consumer.heartbeat.interval.ms`` and ``consumer.session.timeout.ms``, which are the
+    coordinator's, not the member's), before or while members join."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    entries = [
+        ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
+        for name, value in configs.items()
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    admin = _admin(bootstrap)  # kept alive until the futures are done
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=timeout)
 
 
 def _producer(bootstrap: str, compression: Compression, extra: dict[str, Any]) -> Any:

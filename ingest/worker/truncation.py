@@ -60,8 +60,7 @@ def epoch_end_offset(cluster: Cluster, tp: Partition, epoch: int) -> tuple[int, 
     def attempt() -> tuple[int, int] | None:
         connection = cluster.leader_connection(tp.topic, tp.partition)
         negotiation = connection.negotiation
-        offered = negotiation.get(OffsetForLeaderEpochRequest.api_key) if negotiation else None
-        if offered is None or offered.chosen is None:
+        if negotiation is None or not negotiation.speaks(OffsetForLeaderEpochRequest.api_key):
             return None
         request = OffsetForLeaderEpochRequest(
             topics=(

@@ -58,7 +58,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from _pipeline import ingest_argv, load_average, machine
 
-from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
+from ingest.testing import (
+    KafkaCluster,
+    ProducedRecord,
+    create_topic,
+    produce,
+    set_group_configs,
+    unique_name,
+)
 from ingest.testing.apache_kafka import KAFKA_VERSION
 from ingest.testing.configs import write_toml
 
@@ -229,24 +236,14 @@ def admin(bootstrap: str) -> Any:
 
 def set_group_timing(bootstrap: str, group: str, variant: Variant) -> None:
     """KIP-848: the heartbeat interval and session are the group's, set on the coordinator."""
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
+    set_group_configs(
+        bootstrap,
+        group,
+        {
+            "consumer.heartbeat.interval.ms": variant.heartbeat_ms,
+            "consumer.session.timeout.ms": variant.session_ms,
+        },
     )
-
-    entries = [
-        ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
-        for name, value in (
-            ("consumer.heartbeat.interval.ms", variant.heartbeat_ms),
-            ("consumer.session.timeout.ms", variant.session_ms),
-        )
-    ]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    client = admin(bootstrap)
-    for future in client.incremental_alter_configs([resource]).values():
-        future.result(timeout=15)
 
 
 def described(bootstrap: str, kind: str, name: str, keys: Iterable[str]) -> dict[str, str]:

@@ -18,13 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
 from ingest.client import BrokerConnection, ClientConfig
 from ingest.group import (
@@ -60,7 +53,7 @@ from ingest.protocol.messages import (
     MetadataRequestTopic,
     MetadataResponse,
 )
-from ingest.testing import KafkaCluster, create_topic
+from ingest.testing import KafkaCluster, create_topic, set_group_configs
 
 S = ConsumerState
 HEARTBEAT_INTERVAL_MS = 500  # the harness allows it (group.consumer.min.heartbeat.interval.ms)
@@ -170,15 +163,9 @@ def drivers(broker: KafkaCluster, group: str) -> Iterator[list[Driver]]:
 
 def _set_heartbeat_interval(broker: KafkaCluster, group: str) -> None:
     """A group config of KIP-848 (Kafka 3.8+), so that the test takes seconds, not tens."""
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    entry = ConfigEntry(
-        "consumer.heartbeat.interval.ms",
-        str(HEARTBEAT_INTERVAL_MS),
-        incremental_operation=AlterConfigOpType.SET,
+    set_group_configs(
+        broker.bootstrap, group, {"consumer.heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS}
     )
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(timeout=15)
 
 
 def _split(

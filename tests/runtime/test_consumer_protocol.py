@@ -16,7 +16,7 @@ import pytest
 
 from ingest.group import Partition
 from ingest.supervisor.group_run import group_run
-from ingest.testing import KafkaCluster, create_topic, produce
+from ingest.testing import KafkaCluster, create_topic, produce, set_group_configs
 from tests.runtime.support import (
     Cli,
     InProcess,
@@ -39,25 +39,11 @@ SESSION_MS = 6_000
 
 
 def consumer_group_settings(bootstrap: str, group: str) -> None:
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
+    set_group_configs(
+        bootstrap,
+        group,
+        {"consumer.heartbeat.interval.ms": HEARTBEAT_MS, "consumer.session.timeout.ms": SESSION_MS},
     )
-
-    entries = [
-        ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
-        for name, value in (
-            ("consumer.heartbeat.interval.ms", HEARTBEAT_MS),
-            ("consumer.session.timeout.ms", SESSION_MS),
-        )
-    ]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(timeout=15)
 
 
 def describe(bootstrap: str, group: str) -> Any:

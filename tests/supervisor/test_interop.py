@@ -73,10 +73,6 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
 )
 
 from ingest.client import Cluster
@@ -96,7 +92,7 @@ from ingest.group import (
 )
 from ingest.protocol.messages import LeaveGroupRequest
 from ingest.supervisor.membership import Event, GroupMember, check_commit
-from ingest.testing import KafkaCluster, TansuBroker, create_topic
+from ingest.testing import KafkaCluster, TansuBroker, create_topic, set_group_configs
 from ingest.worker import FetchSettings, PartitionFetcher, StartPosition
 from tests.brokers import tansu_deviates
 from tests.supervisor.confluent import ConfluentMember
@@ -489,17 +485,14 @@ def _ours_kept_its_partitions(
 def consumer_group_settings(bootstrap: str, group: str) -> None:
     """The KIP-848 group's session timeout and heartbeat interval (group configs, Kafka
     3.8+), set before anyone joins: by default 45 s and 5 s."""
-    entries = [
-        ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
-        for name, value in (
-            ("consumer.session.timeout.ms", SESSION_MS),
-            ("consumer.heartbeat.interval.ms", CONSUMER_HEARTBEAT_MS),
-        )
-    ]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(timeout=15)
+    set_group_configs(
+        bootstrap,
+        group,
+        {
+            "consumer.session.timeout.ms": SESSION_MS,
+            "consumer.heartbeat.interval.ms": CONSUMER_HEARTBEAT_MS,
+        },
+    )
 
 
 def group_members(bootstrap: str, group: str) -> list[str]:
