@@ -10,13 +10,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each part of the package may import from the others; everything else is a
 # higher layer. Shared modules at the top (errors, faults, logs, processes, jars, ddl) import
-# no part but errors.
+# no part but errors; spark_env (Delta's and S3A's session settings) only jars and errors.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "faults": set(),
     "logs": set(),
     "processes": set(),
     "jars": {"errors"},
+    "spark_env": {"errors", "jars"},
     "ddl": {"errors"},
     "protocol": {"errors"},
     "client": {"errors", "protocol"},
@@ -26,12 +27,22 @@ ALLOWED: dict[str, set[str]] = {
     "worker": {"errors", "logs", "protocol", "client", "handoff"},
     "sink": {"errors", "faults", "protocol", "handoff"},
     "spark_jobs": {"errors", "faults", "protocol", "handoff", "sink"},
-    "testing": {"errors", "faults", "processes", "jars", "config", "protocol", "client"},
+    "testing": {
+        "errors",
+        "faults",
+        "processes",
+        "jars",
+        "spark_env",
+        "config",
+        "protocol",
+        "client",
+    },
     "supervisor": {
         "errors",
         "faults",
         "logs",
         "processes",
+        "spark_env",
         "protocol",
         "client",
         "group",

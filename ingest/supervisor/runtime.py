@@ -112,7 +112,12 @@ class Engine:
         self.client = client_config(config)
         self.table = table_config(config)
         self.fetch = fetch_settings(config)
-        self.spark = SparkProvider(config.spark, spark, transform=bool(config.table.transform))
+        self.spark = SparkProvider(
+            config.spark,
+            spark,
+            transform=bool(config.table.transform),
+            storage_options=config.table_storage_options(),
+        )
         self.metrics = metrics or Metrics()
         self.states: dict[Partition, PartitionState] = {}
         wanted = wanted_space(config)

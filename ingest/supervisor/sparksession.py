@@ -33,6 +33,7 @@ from typing import Any
 from ingest.config import SparkSection
 from ingest.errors import SinkError, SparkStartError
 from ingest.processes import pid_alive
+from ingest.spark_env import session_settings
 from ingest.supervisor.jvmlog import JvmOutputRelay
 
 __all__ = ["ClassDataArchive", "SparkProvider", "drain_jvm_output", "start_session"]
@@ -59,7 +60,7 @@ class ClassDataArchive:
 
     @classmethod
     def for_section(
-        cls, section: SparkSection, root: Path | None = None
+        cls, section: SparkSection, root: Path | None = None, classpath: str = ""
     ) -> ClassDataArchive | None:
         """The archive for ``section``'s sessions, None when off or not applicable."""
         if not section.class_data_sharing:
@@ -67,7 +68,7 @@ class ClassDataArchive:
         directory = root if root is not None else _cache_root() / "jvm"
         if any(c.isspace() or c in "\"'" for c in str(directory)):
             return None  # extraJavaOptions is split on whitespace
-        return cls(directory / f"spark-{_archive_key(section)}.jsa")
+        return cls(directory / f"spark-{_archive_key(section, classpath)}.jsa")
 
     def java_options(self) -> str:
         """The option for the next JVM: map the archive, or record one."""
@@ -150,7 +151,7 @@ def _cache_root() -> Path:
     return Path(base) / "ingest"
 
 
-def _archive_key(section: SparkSection) -> str:
+def _archive_key(section: SparkSection, classpath: str = "") -> str:
     """What an archive's validity depends on: pyspark's jars, the JVM, the class path."""
     import pyspark
 
@@ -162,6 +163,7 @@ def _archive_key(section: SparkSection) -> str:
         info = os.stat(real)
         parts += [real, str(info.st_size), str(int(info.st_mtime))]
     parts += [f"{k}={v}" for k, v in sorted(section.conf.items())]
+    parts.append(classpath)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -175,11 +177,14 @@ def start_session(
     *,
     archive: ClassDataArchive | None = None,
     light_jit: bool = False,
+    environment: dict[str, str] | None = None,
 ) -> Any:
     """Starts (or returns) this process's session with ingest's settings and ``[spark]``;
     with ``archive``, its JVM maps or records that class-data archive; ``light_jit``
-    (for sessions whose rows never enter the JVM) compiles with C1 only. The user's
-    ``spark.driver.extraJavaOptions`` come after ours, so they win."""
+    (for sessions whose rows never enter the JVM) compiles with C1 only; ``environment``:
+    Delta's and S3A's settings (``ingest.spark_env.session_settings``). The user's
+    ``spark.driver.extraJavaOptions`` come after ours, so they win; their extra class path
+    entries are added after ours."""
     # Python workers must run this interpreter (pyarrow and ingest are installed here).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -197,7 +202,11 @@ def start_session(
         # Imports done once before the daemon forks its workers (see spark_jobs/daemon.py).
         "spark.python.daemon.module": "spark_jobs.daemon",
     }
+    settings.update(environment or {})
     conf = dict(section.conf)
+    for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
+        if conf.get(key) and settings.get(key):
+            conf[key] = f"{settings[key]}:{conf[key]}"
     ours = [archive.java_options() if archive is not None else "", LIGHT_JIT if light_jit else ""]
     user = conf.get("spark.driver.extraJavaOptions", "")
     options = " ".join(option for option in [*ours, user] if option)
@@ -251,16 +260,22 @@ class SparkProvider:
     """One session, given (tests) or started on a background thread (``warm``)."""
 
     def __init__(
-        self, section: SparkSection, session: Any | None = None, *, transform: bool = False
+        self,
+        section: SparkSection,
+        session: Any | None = None,
+        *,
+        transform: bool = False,
+        storage_options: dict[str, str] | None = None,
     ) -> None:
         self.section = section
+        self.storage_options = dict(storage_options or {})
         self.transform = transform  # batches will go through Spark SQL (the data source)
         self._session = session
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._owned = session is None
         self.started_in: float | None = None
-        self._archive = ClassDataArchive.for_section(section) if self._owned else None
+        self._archive: ClassDataArchive | None = None
         # Set by the CLI, whose process ends after the run: the JVM stops itself when its
         # stdin closes (running SparkContext's shutdown hook), so ``stop`` need not wait
         # for the Python-side stop (~1 s, measured).
@@ -280,8 +295,15 @@ class SparkProvider:
     def _start(self) -> None:
         began = time.monotonic()
         try:
+            environment = session_settings(self.storage_options)
+            if self._owned:
+                classpath = environment["spark.driver.extraClassPath"]
+                self._archive = ClassDataArchive.for_section(self.section, classpath=classpath)
             session = start_session(
-                self.section, archive=self._archive, light_jit=not self.transform
+                self.section,
+                archive=self._archive,
+                light_jit=not self.transform,
+                environment=environment,
             )
             self.started_in = time.monotonic() - began
             log.info("spark session %s started in %.1fs", self.section.master, self.started_in)

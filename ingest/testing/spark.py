@@ -1,10 +1,13 @@
-"""A local Spark session configured the way ingest's jobs and tests need it."""
+"""A local Spark session configured the way ingest's jobs and tests need it: Delta Lake's
+extensions and catalog, and S3A (``ingest.spark_env``), as the supervisor's sessions."""
 
 from __future__ import annotations
 
 import os
 import sys
 from typing import Any
+
+from ingest.spark_env import session_settings
 
 
 def local_spark_session(
@@ -15,7 +18,9 @@ def local_spark_session(
     """Starts (or returns) the process's Spark session: UI off, our Python for workers.
 
     Workers must run this interpreter, or they start the system Python and fail
-    to import pyarrow (docs/test-servers.md).
+    to import pyarrow (docs/test-servers.md). S3A has no endpoint until a test gives one
+    (``extra_conf`` from ``ingest.spark_env.s3a_settings``, or ``spark.conf.set`` of the
+    ``fs.s3a.*`` keys at run time, which reads and writes see).
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -34,7 +39,7 @@ def local_spark_session(
         # As in production (ingest.supervisor.sparksession): see spark_jobs/daemon.py.
         .config("spark.python.daemon.module", "spark_jobs.daemon")
     )
-    for key, value in (extra_conf or {}).items():
+    for key, value in {**session_settings(), **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
