@@ -172,7 +172,8 @@ def test_an_overwrite_after_a_compaction_is_exact_with_long_topic_names(tmp_path
     assert outcome.dropped_rows == 30
     rows = DeltaTable(target.uri).to_pyarrow_table()
     assert rows.num_rows == 400
-    keys = Counter(zip(*(rows.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
+    columns = [rows.column(c).to_pylist() for c in ("topic", "partition", "offset")]
+    keys = Counter(zip(*columns, strict=True))
     assert set(keys.values()) == {1}
     new = rows.filter(pc.equal(rows.column("value"), b"new"))
     assert sorted(new.column("offset").to_pylist()) == list(range(40, 70))
