@@ -3,9 +3,11 @@
     ingest run    -c conf/x.toml [--until-end]       the consumer group into the Delta table
     ingest replay -c conf/x.toml --from F [--to T]   a range again, idempotently, no group
     ingest status -c conf/x.toml [--json]            offsets, txn versions, lag, the group
+    ingest maintain -c conf/x.toml [--json]          one upkeep pass: compaction, checkpoint,
+                                                     log retention, VACUUM ([maintenance])
     ingest broker                                    the embedded test broker (Tansu)
 
-``--print-config`` (run, replay, status) prints the effective config, secrets
+``--print-config`` (run, replay, status, maintain) prints the effective config, secrets
 masked, and exits. Exit codes: 0 done; 1 failed (the message says why);
 2 configuration error; 128+N stopped at once by a second signal N.
 """
@@ -184,6 +186,24 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _maintain(args: argparse.Namespace) -> int:
+    """One upkeep pass over the table and its dead-letter table (no broker needed)."""
+    config = _load(args, quiet=True)
+    if config is None:
+        return 0
+    from ingest.supervisor.upkeep import maintain_tables, upkeep_fields
+
+    report = [upkeep_fields(upkeep) for upkeep in maintain_tables(config)]
+    if args.json:
+        import json
+
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        for fields in report:
+            print(" ".join(f"{key}={value}" for key, value in fields.items()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ingest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -240,6 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(status)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(handler=_status)
+
+    maintain = commands.add_parser(
+        "maintain",
+        help="one upkeep pass over the tables: compaction, checkpoint, log retention, VACUUM",
+    )
+    with_config(maintain)
+    maintain.add_argument("--json", action="store_true", help="print JSON")
+    maintain.set_defaults(handler=_maintain)
 
     dev_broker = commands.add_parser(
         "broker", help="run the embedded test broker (Tansu) on a loopback port until Ctrl-C"

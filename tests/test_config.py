@@ -176,3 +176,49 @@ def test_every_example_in_conf_loads(example: str) -> None:
         "TLS_KEY_PASSWORD": "x",
     }
     load_config(CONF_DIR / example, env=env)
+
+
+def test_maintenance_defaults_and_what_they_become() -> None:
+    from ingest.sink.maintenance import LOG_RETENTION_FLOOR_SECONDS, VACUUM_FLOOR_HOURS
+    from ingest.supervisor.settings import upkeep_settings
+
+    upkeep = _parse(MINIMAL).maintenance
+    assert upkeep.enabled and upkeep.interval == 600 and upkeep.checkpoint_every == 10
+    assert upkeep.log_retention == 30 * 86400 and upkeep.vacuum_retention == 168 * 3600
+    settings = upkeep_settings(_parse(MINIMAL + '\n[maintenance]\nlog_retention = "2d"\n'))
+    assert settings.log_retention_seconds == 2 * 86400 and settings.vacuum_retention_hours == 168
+    # The config's floors are the sink's.
+    assert type(upkeep).VACUUM_FLOOR_HOURS == VACUUM_FLOOR_HOURS
+    assert type(upkeep).LOG_RETENTION_FLOOR_SECONDS == LOG_RETENTION_FLOOR_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            'vacuum_retention = "23h"',
+            "conf/x.toml: maintenance.vacuum_retention: 23h is below the floor of 24h: VACUUM "
+            "deletes removed files a running query, a time-travel read or a lagging streaming "
+            "reader may still need, and (vacuum_full) files a batch in flight wrote but has not "
+            "committed yet; Delta's own check is 168h",
+        ),
+        ('log_retention = "30m"', "conf/x.toml: maintenance.log_retention: 1800s is below"),
+        ("checkpoint_every = 0", "conf/x.toml: maintenance.checkpoint_every: must be at least 1"),
+        ('target_file_size = "1KiB"', "maintenance.target_file_size: must be at least 1MiB"),
+        ("interval = 0", "conf/x.toml: maintenance.interval: must be above 0"),
+        ('interval = "often"', 'maintenance.interval: expected a duration like "30s"'),
+        ("vacuum = 1", "conf/x.toml: maintenance.vacuum: expected true or false"),
+        ("vaccum = true", "conf/x.toml: maintenance.vaccum: unknown key"),
+    ],
+)
+def test_bad_maintenance_values_name_the_file_and_the_key(extra: str, message: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        _parse(MINIMAL + "\n[maintenance]\n" + extra + "\n")
+    assert message in str(excinfo.value)
+
+
+def test_a_full_vacuum_refuses_a_dead_letter_table_inside_the_table() -> None:
+    inside = MINIMAL + '\n[dead_letter]\nuri = "/tmp/events/dead"\n'
+    with pytest.raises(ConfigError, match=r"conf/x.toml: dead_letter.uri: a full VACUUM"):
+        _parse(inside)
+    assert _parse(inside + "\n[maintenance]\nvacuum_full = false\n").maintenance.vacuum

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ingest.client.config import Secret
-from ingest.config.sections import IngestConfig
+from ingest.config.sections import IngestConfig, MaintenanceSection
 from ingest.config.units import Duration, Size, parse_duration, parse_size
 from ingest.ddl import check_ddl
 from ingest.errors import ConfigError
@@ -199,3 +199,43 @@ def _check_consistency(config: IngestConfig) -> None:
         raise ConfigError(
             'mode "files" needs a root directory or URI', path=path, key="handoff.root"
         )
+    _check_maintenance(config)
+
+
+def _check_maintenance(config: IngestConfig) -> None:
+    path, upkeep = config.path, config.maintenance
+    floor_hours = MaintenanceSection.VACUUM_FLOOR_HOURS
+    if upkeep.vacuum_retention < floor_hours * 3600:
+        raise ConfigError(
+            f"{float(upkeep.vacuum_retention) / 3600:g}h is below the floor of {floor_hours}h: "
+            f"VACUUM deletes removed files a running query, a time-travel read or a lagging "
+            f"streaming reader may still need, and (vacuum_full) files a batch in flight "
+            f"wrote but has not committed yet; Delta's own check is 168h",
+            path=path,
+            key="maintenance.vacuum_retention",
+        )
+    floor_seconds = MaintenanceSection.LOG_RETENTION_FLOOR_SECONDS
+    if upkeep.log_retention < floor_seconds:
+        raise ConfigError(
+            f"{float(upkeep.log_retention):g}s is below the floor of {floor_seconds // 3600}h: "
+            f"a commit's conflict check reads the commits since its snapshot, and "
+            f"time travel and `ingest status` read older ones",
+            path=path,
+            key="maintenance.log_retention",
+        )
+    if upkeep.interval <= 0:
+        raise ConfigError("must be above 0", path=path, key="maintenance.interval")
+    if upkeep.checkpoint_every < 1:
+        raise ConfigError("must be at least 1", path=path, key="maintenance.checkpoint_every")
+    if upkeep.target_file_size < 1024**2:
+        raise ConfigError("must be at least 1MiB", path=path, key="maintenance.target_file_size")
+    if upkeep.vacuum and upkeep.vacuum_full:
+        table = config.table.uri.rstrip("/")
+        if config.dead_letter_uri().startswith(table + "/"):
+            raise ConfigError(
+                f"a full VACUUM of {table} would delete the dead-letter table inside it "
+                f"({config.dead_letter_uri()}): move it out, or set maintenance.vacuum_full "
+                f"= false",
+                path=path,
+                key="dead_letter.uri",
+            )

@@ -53,7 +53,9 @@ def toml_value(value: Any) -> str:
     if isinstance(value, Size):
         return f'"{_format_size(int(value))}"'
     if isinstance(value, Duration):
-        return f'"{float(value):g}s"'
+        seconds = float(value)
+        # Whole seconds in full ("2592000s", not "2.592e+06s", which does not parse back).
+        return f'"{int(seconds)}s"' if seconds.is_integer() else f'"{seconds:g}s"'
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):

@@ -165,6 +165,32 @@ class LoggingSection:
 
 
 @dataclass(frozen=True)
+class MaintenanceSection:
+    """Table upkeep (``ingest/sink/maintenance.py``): in ``ingest run`` every ``interval``,
+    between batches, on its own thread; ``ingest maintain`` runs one pass on demand."""
+
+    # Whether `ingest run` keeps the tables (`ingest maintain` always runs).
+    enabled: bool = True
+    interval: Duration = Duration(600)
+    compact: bool = True
+    # Files below this are compacted, into files of about this size.
+    target_file_size: Size = Size(128 * 1024**2)
+    # A checkpoint once the table moved this many versions past its last one (Delta's 10).
+    checkpoint_every: int = 10
+    # Commit files older than this go (Delta's default; at least 1h).
+    log_retention: Duration = Duration(30 * 86400)
+    vacuum: bool = True
+    # Removed data files older than this are deleted (Delta's 168h; at least 24h).
+    vacuum_retention: Duration = Duration(168 * 3600)
+    # Also files no commit names (orphans of a killed run), older than the retention.
+    vacuum_full: bool = True
+
+    # The floors (ingest.sink.maintenance says why; tests/test_config.py checks they agree).
+    VACUUM_FLOOR_HOURS = 24
+    LOG_RETENTION_FLOOR_SECONDS = 3600
+
+
+@dataclass(frozen=True)
 class IngestConfig:
     kafka: KafkaSection
     source: SourceSection
@@ -177,6 +203,7 @@ class IngestConfig:
     spark: SparkSection = field(default_factory=SparkSection)
     metrics: MetricsSection = field(default_factory=MetricsSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
+    maintenance: MaintenanceSection = field(default_factory=MaintenanceSection)
     path: str = "<memory>"
     # Secrets resolved from the environment at load time, by dotted key.
     secrets: Mapping[str, Secret] = field(default_factory=dict, repr=False)

@@ -1,5 +1,5 @@
 """Sizes and durations as the config spells them: "256MiB", "1.5GB" or 1048576 bytes;
-"500ms", "30s", "5m" or 2.5 seconds."""
+"500ms", "30s", "5m", "168h", "30d" or 2.5 seconds."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ _SIZE_UNITS = {
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
     "k": 1024, "m": 1024**2, "g": 1024**3,
 }  # fmt: skip
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "": 1.0}
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 

@@ -52,7 +52,7 @@ from ingest.sink import rewrite
 from ingest.sink.files import DataFile
 from ingest.sink.schema import evolve, nullable_schema
 from ingest.sink.storage import TableLocation
-from ingest.sink.txn import advances, newer_txns, or_minus_one
+from ingest.sink.txn import REWRITE_GUARD, advances, newer_txns, or_minus_one
 
 __all__ = [
     "COMMIT_TOKEN_KEY",
@@ -60,6 +60,7 @@ __all__ = [
     "DeltaTarget",
     "StaleBatchError",
     "commit_properties",
+    "guard_transaction",
     "now_ms",
 ]
 
@@ -94,13 +95,33 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def commit_properties(token: str, txns: Mapping[str, int]) -> CommitProperties:
-    """A commit's properties: its token (to find its version again) and its txn actions."""
+def commit_properties(
+    token: str, txns: Mapping[str, int], *, guarded: DeltaTable | None = None
+) -> CommitProperties:
+    """A commit's properties: its token (to find its version again) and its txn actions;
+    with ``guarded`` (the snapshot the commit was planned on), also the rewrite guard's
+    txn (``guard_transaction``)."""
+    transactions = [Transaction(app, v, last_updated=now_ms()) for app, v in sorted(txns.items())]
+    if guarded is not None:
+        transactions.append(guard_transaction(guarded))
     return CommitProperties(
-        custom_metadata={COMMIT_TOKEN_KEY: token},
-        app_transactions=[
-            Transaction(app, v, last_updated=now_ms()) for app, v in sorted(txns.items())
-        ],
+        custom_metadata={COMMIT_TOKEN_KEY: token}, app_transactions=transactions
+    )
+
+
+def guard_transaction(table: DeltaTable) -> Transaction:
+    """The txn action every commit that removes files of the table's snapshot carries
+    (an overwrite's cut, a MERGE, a compaction), under the one app id ``REWRITE_GUARD``.
+
+    delta-rs does not fail a commit whose removed files a concurrent commit removed
+    with ``dataChange=false`` (a compaction): both would go through, and the rows of
+    those files would then be in the table twice (the compacted copy, and the cut's
+    or the merge's remainder). Two such commits carrying the same app id conflict
+    instead (delta-rs checks concurrent txn actions by app id), so the loser retries
+    from the new snapshot. Appends remove nothing and do not carry it: a compaction
+    never makes a batch's commit retry."""
+    return Transaction(
+        REWRITE_GUARD, or_minus_one(table.transaction_version(REWRITE_GUARD)) + 1, now_ms()
     )
 
 
@@ -302,7 +323,7 @@ class DeltaTarget:
                 ]
                 fault_point("after_overwrite_cut")
                 in_doubt = True
-                token = self._try_commit(table, actions, wanted, attempt, "replacing")
+                token = self._try_commit(table, actions, wanted, attempt, "replacing", guarded=True)
                 if token is None:
                     in_doubt = False
                     self.location.delete(f.path for f in rewritten)
@@ -356,11 +377,14 @@ class DeltaTarget:
         txns: Mapping[str, int],
         attempt: int,
         what: str,
+        *,
+        guarded: bool = False,
     ) -> str | None:
         """One commit of ``actions`` and ``txns``: the token it carries (find its version
-        with ``version_of``), or None when a concurrent commit won (after the backoff)."""
+        with ``version_of``), or None when a concurrent commit won (after the backoff).
+        ``guarded``: it removes files of ``table``, so it carries the rewrite guard."""
         token = uuid.uuid4().hex
-        properties = commit_properties(token, txns)
+        properties = commit_properties(token, txns, guarded=table if guarded else None)
         try:
             table.create_write_transaction(
                 list(actions),

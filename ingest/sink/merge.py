@@ -12,7 +12,9 @@ so a replay of older offsets never overwrites newer values of the same
 partition (offsets of different partitions are not comparable: a key that
 moved partition takes the value merged last). A merge that changes nothing
 makes no commit and would lose its txn actions, so those are then recorded by
-an empty commit. ``CommitFailedError`` (a concurrent merge won): back off,
+an empty commit. A merge carries the rewrite guard's txn
+(``delta.guard_transaction``), so it conflicts with a concurrent compaction of
+the files it rewrites. ``CommitFailedError`` (a concurrent merge or compaction won): back off,
 re-read the txn versions, re-filter and merge again. Files written by a merge
 that lost its race are left for VACUUM (delta-rs does not name them).
 
@@ -173,7 +175,7 @@ def upsert(
                         predicate=merge_predicate(merge_keys),
                         source_alias="s",
                         target_alias="t",
-                        commit_properties=commit_properties(token, wanted),
+                        commit_properties=commit_properties(token, wanted, guarded=table),
                     )
                     .when_matched_update_all(predicate=UPDATE_WHEN)
                     .when_not_matched_insert_all()

@@ -37,7 +37,7 @@ from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, sources_of, write_data_file
 from ingest.sink.storage import TableLocation
 
-__all__ = ["cut_ranges", "in_ranges", "without_covered"]
+__all__ = ["cut_ranges", "in_ranges", "partition_text", "without_covered"]
 
 _INT64_MIN = -(2**63)
 
@@ -74,7 +74,7 @@ def cut_ranges(
             described.partition_values
             if described is not None
             else tuple(
-                (column.removeprefix("partition."), _partition_text(entry[column]))
+                (column.removeprefix("partition."), partition_text(entry[column]))
                 for column in partition_columns
             )
         )
@@ -195,7 +195,7 @@ def _footer(schema: pa.Schema) -> DataFile | None:
     return None if raw is None else DataFile.from_json(raw)
 
 
-def _partition_text(value: object) -> str | None:
+def partition_text(value: object) -> str | None:
     """A partition value as the Delta log writes it (strings; None for null)."""
     if value is None:
         return None

@@ -15,7 +15,8 @@ agree. The dead-letter table carries the same app ids (derived from the MAIN
 table's URI): its txn versions say which offsets' dead letters it already holds.
 
 A txn version is the last offset of its partition a table holds; None means no
-txn yet (nothing held).
+txn yet (nothing held). One more app id, ``REWRITE_GUARD``, is no partition's:
+its txn makes commits that remove files conflict with each other (``delta.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from collections.abc import Mapping
 
 from ingest.sink.storage import normalize_uri
 
-__all__ = ["advances", "app_id", "newer_txns", "or_minus_one"]
+__all__ = ["REWRITE_GUARD", "advances", "app_id", "newer_txns", "or_minus_one"]
+
+# The app id of the txn every commit that removes a snapshot's files carries (see
+# ``delta.guard_transaction``); no partition's app id can be spelled so.
+REWRITE_GUARD = "ingest:rewrite-guard"
 
 
 def app_id(table_uri: str, group: str, topic: str, partition: int) -> str:

@@ -81,6 +81,7 @@ def group_run(
         lambda engine: GroupSource(engine, until_end=until_end),
         spark=spark,
         metrics=metrics,
+        upkeep=config.maintenance.enabled,
     )
 
 

@@ -32,6 +32,7 @@ Main loop, one iteration (at most ~50 ms when idle)::
     worker events -> pending segments, finished/crashed workers (restart with backoff)
     batch done?   -> durable offsets, commit, release segments
     trigger?      -> next batch (bytes / records / age / draining / buffer cap)
+    upkeep?       -> every maintenance.interval, no batch running: a pass on its thread
     stop?         -> workers seal and stop, the final batch, commit, leave
 """
 
@@ -80,6 +81,7 @@ from ingest.supervisor.source import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, RunOutco
 from ingest.supervisor.space import HandoffSpace
 from ingest.supervisor.sparksession import SparkProvider
 from ingest.supervisor.status import collect_lag
+from ingest.supervisor.upkeep import TableKeeper, check_tables
 from ingest.worker import (
     EndPosition,
     StartPosition,
@@ -107,8 +109,11 @@ class Engine:
         *,
         spark: Any | None = None,
         metrics: Metrics | None = None,
+        upkeep: bool = False,
     ) -> None:
         self.config = config
+        # Table upkeep between batches (``ingest run``; ``upkeep.py``).
+        self.keeper = TableKeeper(config) if upkeep else None
         self.client = client_config(config)
         self.table = table_config(config)
         self.fetch = fetch_settings(config)
@@ -222,6 +227,7 @@ class Engine:
                 self.metrics, listen, status=self.status, collector=self._collect_lag
             )
             event(log, "metrics_listening", address=self._metrics_server.address)
+        check_tables(self.config)  # txn entries that expire: refused (exit 2)
         self.cluster = Cluster(self.client)
         self.source.start()
 
@@ -234,6 +240,8 @@ class Engine:
         self.source.after_step()
         if self.batcher.due(self.states, draining=self.source.draining()):
             self.batcher.start(self.states, overwrite=self.source.overwrite)
+        if self.keeper is not None and not self.stopping:
+            self.keeper.step(batch_running=self.batch is not None)
         self._publish_status()
 
     def _failed(self) -> dict[Partition, str]:
@@ -260,6 +268,8 @@ class Engine:
             self.cluster.close()
         if self._metrics_server is not None:
             self._metrics_server.close()
+        if self.keeper is not None:
+            self.keeper.close()
         if not running:
             self.store.close()
             self.spark.stop()

@@ -24,6 +24,7 @@ from ingest.group.assignors import Assignor
 from ingest.handoff import HandoffConfig, HandoffLocation
 from ingest.handoff.space import SpacePlan, Wanted
 from ingest.sink.config import TableConfig
+from ingest.sink.maintenance import UpkeepSettings
 from ingest.sink.storage import s3_filesystem_options
 from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
 
@@ -36,6 +37,7 @@ __all__ = [
     "member_config",
     "s3_options",
     "table_config",
+    "upkeep_settings",
     "wanted_space",
     "worker_settings",
 ]
@@ -202,6 +204,19 @@ def table_config(config: IngestConfig) -> TableConfig:
         transform=table.transform,
         partition_by=tuple(table.partition_by),
         dead_letter_uri=config.dead_letter_uri(),
+    )
+
+
+def upkeep_settings(config: IngestConfig) -> UpkeepSettings:
+    upkeep = config.maintenance
+    return UpkeepSettings(
+        compact=upkeep.compact,
+        target_file_size=int(upkeep.target_file_size),
+        checkpoint_every=upkeep.checkpoint_every,
+        log_retention_seconds=float(upkeep.log_retention),
+        vacuum=upkeep.vacuum,
+        vacuum_retention_hours=float(upkeep.vacuum_retention) / 3600,
+        vacuum_full=upkeep.vacuum_full,
     )
 
 

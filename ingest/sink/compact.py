@@ -1,0 +1,242 @@
+"""Compaction: a table's small data files rewritten as fewer, bigger ones, the data unchanged.
+
+``compact(location, target_size=...)`` takes the live files smaller than
+``target_size``, groups them by partition values, packs each group's files (oldest
+first, so row order is kept) into bins of at most ``target_size`` input bytes, and
+writes each bin of two or more files as one Parquet file in ingest's layout
+(``files.write_data_file``: its statistics, and its footer saying which Kafka
+partitions and offsets it holds, several per file now). ONE commit then removes
+the inputs and adds the outputs, every action ``dataChange=false`` (a streaming
+reader skips it), with the rewrite guard's txn (``delta.guard_transaction``).
+
+Why not delta-rs's ``optimize.compact``: it cannot carry a txn action (its
+``commit_properties`` drop ``app_transactions``), and delta-rs lets a commit
+remove files a concurrent commit removed with ``dataChange=false``. Two
+compactions planned on one snapshot both go through, as does an overwrite's cut
+or a MERGE after a compaction of the files it read: the rows land twice
+(``tests/sink/test_compact.py`` pins this). With the guard, every pair of
+commits that remove files conflicts and the loser retries (the overwrite, the
+merge) or gives up until the next pass (a compaction, which deletes what it wrote).
+
+Concurrent appends (ingest's batches) remove nothing and carry no guard: they
+never conflict with a compaction, and delta-rs rebases either over the other.
+A compaction only reads committed files: a batch's files in flight are not in
+the snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, RemoveAction
+
+from ingest.errors import SinkError
+from ingest.sink.delta import guard_transaction
+from ingest.sink.files import FOOTER_KEY, DataFile, Source, sources_of, write_data_file
+from ingest.sink.rewrite import partition_text
+from ingest.sink.storage import TableLocation
+
+__all__ = ["COMPACTION_KEY", "Compaction", "compact", "plan_bins"]
+
+log = logging.getLogger("ingest.sink")
+
+# In the commitInfo of a compaction (``DESCRIBE HISTORY`` tells it from a batch).
+COMPACTION_KEY = "ingest.compaction"
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What one compaction did: the table version it committed (None: no commit),
+    files removed and added, the rows they hold, and whether it lost a race."""
+
+    version: int | None
+    files_removed: int
+    files_added: int
+    rows: int
+    bytes_read: int
+    lost_race: bool = False
+
+
+@dataclass(frozen=True)
+class _Entry:
+    path: str
+    size: int
+    rows: int | None
+    partition_values: tuple[tuple[str, str | None], ...]
+    modification_time: int
+
+
+def plan_bins(entries: Sequence[_Entry], target_size: int) -> list[list[_Entry]]:
+    """Files smaller than ``target_size``, by partition values, packed oldest first into
+    bins of at most ``target_size`` bytes; only bins of two files or more."""
+    groups: dict[tuple[tuple[str, str | None], ...], list[_Entry]] = {}
+    for entry in entries:
+        if entry.size < target_size:
+            groups.setdefault(entry.partition_values, []).append(entry)
+    bins: list[list[_Entry]] = []
+    for values in sorted(groups, key=lambda key: [(v is None, v or "") for _, v in key]):
+        members = groups[values]
+        current: list[_Entry] = []
+        filled = 0
+        for entry in sorted(members, key=lambda e: (e.modification_time, e.path)):
+            if current and filled + entry.size > target_size:
+                bins.append(current)
+                current, filled = [], 0
+            current.append(entry)
+            filled += entry.size
+        bins.append(current)
+    return [b for b in bins if len(b) >= 2]
+
+
+def _entries(table: DeltaTable) -> list[_Entry]:
+    listing = pa.table(table.get_add_actions(flatten=True))
+    columns = [c for c in listing.column_names if c.startswith("partition.")]
+    entries = []
+    for row in listing.to_pylist():
+        entries.append(
+            _Entry(
+                path=row["path"],
+                size=int(row["size_bytes"]),
+                rows=row.get("num_records"),
+                partition_values=tuple(
+                    (c.removeprefix("partition."), partition_text(row[c])) for c in columns
+                ),
+                modification_time=int(
+                    row["modification_time"].timestamp() * 1000
+                    if hasattr(row["modification_time"], "timestamp")
+                    else row["modification_time"]
+                ),
+            )
+        )
+    return entries
+
+
+def compact(
+    location: TableLocation, *, target_size: int, table: DeltaTable | None = None
+) -> Compaction:
+    """Compacts ``location``'s table (see the module docstring); ``table``: its snapshot,
+    if already loaded (the plan is taken from it)."""
+    if table is None:
+        try:
+            table = DeltaTable(location.uri, storage_options=location.delta_options())
+        except DeltaError as exc:
+            raise SinkError(f"{location.uri}: cannot load the table: {exc}") from exc
+    bins = plan_bins(_entries(table), target_size)
+    if not bins:
+        return Compaction(None, 0, 0, 0, 0)
+    opened = location.filesystem()
+    written: list[DataFile] = []
+    removed_at = int(time.time() * 1000)
+    removes: list[RemoveAction] = []
+    read = rows = 0
+    try:
+        for members in bins:
+            data, sources = _read_bin(opened, members)
+            read += sum(m.size for m in members)
+            rows += data.num_rows
+            directory, _, _ = members[0].path.rpartition("/")
+            name = f"compact-{uuid.uuid4().hex}.parquet"
+            written.append(
+                write_data_file(
+                    location,
+                    f"{directory}/{name}" if directory else name,
+                    data,
+                    partition_values=members[0].partition_values,
+                    sources=sources,
+                    opened=opened,
+                )
+            )
+            removes.extend(
+                RemoveAction(
+                    m.path,
+                    False,
+                    removed_at,
+                    size=m.size,
+                    partition_values=dict(m.partition_values) or None,
+                )
+                for m in members
+            )
+        adds = [
+            AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, False, f.stats)
+            for f in written
+        ]
+        token = uuid.uuid4().hex
+        table.create_write_transaction(
+            [*removes, *adds],
+            "append",
+            table.schema(),
+            partition_by=list(table.metadata().partition_columns) or None,
+            commit_properties=CommitProperties(
+                custom_metadata={COMPACTION_KEY: token},
+                app_transactions=[guard_transaction(table)],
+                max_commit_retries=15,
+            ),
+        )
+    except CommitFailedError as exc:
+        location.delete(f.path for f in written)
+        log.info("%s: compaction lost a race, nothing changed: %s", location.uri, exc)
+        return Compaction(None, 0, 0, 0, read, lost_race=True)
+    except BaseException:
+        location.delete(f.path for f in written)
+        raise
+    version = _version_of(location, token)
+    log.info(
+        "%s: compacted %d files into %d (%d rows) at version %s",
+        location.uri,
+        len(removes),
+        len(written),
+        rows,
+        version,
+    )
+    return Compaction(version, len(removes), len(written), rows, read)
+
+
+def _read_bin(
+    opened: tuple[Any, str], members: Sequence[_Entry]
+) -> tuple[pa.Table, tuple[Source, ...]]:
+    """The rows of a bin's files, in order, and which Kafka offsets they hold."""
+    filesystem, root = opened
+    parts: list[pa.Table] = []
+    described: list[tuple[Source, ...] | None] = []
+    for member in members:
+        with filesystem.open_input_file(f"{root}/{member.path}") as handle:
+            part = pq.read_table(handle)
+        raw = (part.schema.metadata or {}).get(FOOTER_KEY)
+        described.append(None if raw is None else DataFile.from_json(raw).sources)
+        parts.append(part.replace_schema_metadata(None))
+    data = pa.concat_tables(parts, promote_options="default")
+    sources = sources_of(data)
+    if not sources and all(d for d in described):
+        sources = _merged([s for d in described if d for s in d])
+    return data, sources
+
+
+def _merged(sources: Sequence[Source]) -> tuple[Source, ...]:
+    """Each Kafka partition's offsets across several files' sources (a bounding range)."""
+    bounds: dict[tuple[str, int], tuple[int, int]] = {}
+    for s in sources:
+        low, high = bounds.get((s.topic, s.partition), (s.min_offset, s.max_offset))
+        bounds[(s.topic, s.partition)] = (min(low, s.min_offset), max(high, s.max_offset))
+    return tuple(sorted(Source(t, p, lo, hi) for (t, p), (lo, hi) in bounds.items()))
+
+
+def _version_of(location: TableLocation, token: str) -> int | None:
+    table = DeltaTable(location.uri, storage_options=location.delta_options())
+    for entry in table.history(limit=50):
+        if entry.get(COMPACTION_KEY) == token:
+            return int(entry["version"])
+    return None
+
+
+def live_files(table: DeltaTable) -> Mapping[str, int]:
+    """The live data files of a snapshot and their sizes (for reports and tests)."""
+    return {e.path: e.size for e in _entries(table)}

@@ -1,0 +1,118 @@
+"""Table upkeep in a continuous run, and on demand (``ingest maintain``).
+
+``TableKeeper`` belongs to the engine of ``ingest run``. Every ``maintenance.interval``
+the main loop starts one pass (``ingest.sink.maintenance.maintain``) over the table
+and its dead-letter table, on a thread of its own, when no batch is running; it
+never waits for it. Why a thread: a compaction reads and rewrites up to
+``target_file_size`` per bin and can take minutes on a big table, while the loop
+must keep pumping workers, releasing segments and answering revocations within
+the rebalance timeout. A batch may start while a pass runs: appends never
+conflict with a compaction (``ingest/sink/compact.py``), so neither waits for the
+other beyond delta-rs's rebase of one commit. A pass that fails is logged and the
+next one comes an interval later; a table that sets
+``delta.setTransactionRetentionDuration`` stops the run (exit 2), as at start.
+
+``check_tables`` refuses such a table at the start of every run, replay and
+``ingest maintain``; ``maintain_tables`` is ``ingest maintain``'s one pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from ingest.config import IngestConfig
+from ingest.errors import ConfigError, IngestError
+from ingest.logs import event
+from ingest.sink.maintenance import Upkeep, check_txn_retention, maintain
+from ingest.sink.storage import TableLocation
+from ingest.supervisor.settings import table_config, upkeep_settings
+
+__all__ = ["TableKeeper", "check_tables", "maintain_tables", "upkeep_fields"]
+
+log = logging.getLogger("ingest.supervisor")
+
+
+def _locations(config: IngestConfig) -> list[TableLocation]:
+    table = table_config(config)
+    return [
+        TableLocation.of(table.uri, table.storage_options),
+        TableLocation.of(table.dead_letters, table.dead_letter_options),
+    ]
+
+
+def check_tables(config: IngestConfig) -> None:
+    """Refuses a target table (or dead-letter table) whose txn entries expire."""
+    for location in _locations(config):
+        check_txn_retention(location)
+
+
+def maintain_tables(config: IngestConfig) -> list[Upkeep]:
+    """One upkeep pass over the table and its dead-letter table."""
+    settings = upkeep_settings(config)
+    check_tables(config)
+    return [maintain(location, settings) for location in _locations(config)]
+
+
+def upkeep_fields(upkeep: Upkeep) -> dict[str, Any]:
+    """A pass's outcome as log fields."""
+    compaction = upkeep.compaction
+    return {
+        "table": upkeep.uri,
+        "skipped": upkeep.skipped,
+        "compacted_files": None if compaction is None else compaction.files_removed,
+        "into_files": None if compaction is None else compaction.files_added,
+        "compaction_lost_race": None if compaction is None else compaction.lost_race,
+        "checkpoint": upkeep.checkpoint,
+        "log_files_deleted": upkeep.log_files_deleted,
+        "vacuumed": len(upkeep.vacuumed),
+        "seconds": upkeep.seconds,
+    }
+
+
+class TableKeeper:
+    """The upkeep of a continuous run: one pass per interval, on its own thread."""
+
+    def __init__(self, config: IngestConfig) -> None:
+        self.config = config
+        self.interval = float(config.maintenance.interval)
+        self.next_at = time.monotonic() + self.interval
+        self.passes = 0
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def step(self, *, batch_running: bool) -> None:
+        """On the main loop: raises what stops the run; starts a pass when due."""
+        if self._thread is not None and not self._thread.is_alive():
+            self._thread = None
+            error, self._error = self._error, None
+            if isinstance(error, ConfigError):
+                raise error
+        if self._thread is None and not batch_running and time.monotonic() >= self.next_at:
+            self.next_at = time.monotonic() + self.interval
+            self.passes += 1
+            self._thread = threading.Thread(
+                target=self._pass, name=f"upkeep-{self.passes}", daemon=True
+            )
+            self._thread.start()
+
+    def _pass(self) -> None:
+        try:
+            for upkeep in maintain_tables(self.config):
+                event(log, "upkeep_done", number=self.passes, **upkeep_fields(upkeep))
+        except ConfigError as exc:
+            self._error = exc
+        except IngestError as exc:
+            event(log, "upkeep_failed", level=logging.WARNING, error=str(exc))
+        except Exception as exc:  # delta-rs errors outside its own hierarchy
+            event(log, "upkeep_failed", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        if self.running:
+            event(log, "upkeep_abandoned", level=logging.INFO, number=self.passes)
