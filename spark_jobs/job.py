@@ -28,8 +28,11 @@ transform's output is written by ``mapInArrow`` tasks with the arrow path's
 writer although Spark's own writer is ~0.4 s faster on 1M rows: one pass
 splits off the ``_dead_letter`` rows, every file gets Delta statistics and its
 offset provenance (needed to re-filter after a lost race), no listing is
-needed, and it writes to object stores, which this Spark cannot (it ships no
-S3A jars). A transform must read every row (no LIMIT): rows Spark never reads
+needed, and it writes to object stores through the same pyarrow filesystem the
+driver checks files with (Spark's S3A would be a second client with its own
+settings to keep in step). The transform reads other Delta tables by path
+(``delta.`uri```), by name in the session catalog, or as the views
+``table.transform_tables`` names. A transform must read every row (no LIMIT): rows Spark never reads
 would be neither written nor dead-lettered, yet the txn moves past them.
 """
 
@@ -261,8 +264,16 @@ def _transform_schema(spark: Any, spec: DecodeSpec, config: TableConfig) -> pa.S
     return _arrow_schema(out.drop(DEAD_LETTER_COLUMN).schema)
 
 
+def _table_views(spark: Any, config: TableConfig) -> None:
+    """The Delta tables the transform names (``table.transform_tables``), as temporary
+    views: a view keeps its SQL, so each batch reads the table's latest version."""
+    for name, uri in config.transform_tables.items():
+        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS SELECT * FROM delta.`{uri}`")
+
+
 def _sql(spark: Any, config: TableConfig) -> Any:
     try:
+        _table_views(spark, config)
         # Forced onto the spark path without a transform: the rows as they are.
         out = spark.sql(config.transform or "SELECT * FROM batch")
     except Exception as exc:

@@ -61,6 +61,24 @@ def test_the_issue_example_message() -> None:
         ('[fetch]\ncheck_crc = "yes"', "fetch.check_crc: expected true or false"),
         ("[surprise]\nx = 1", "conf/x.toml: surprise: unknown key"),
         ('[handoff]\nmode = "files"', 'handoff.root: mode "files" needs a root'),
+        (
+            '[table.transform_tables]\ncustomers = "/lake/customers"',
+            "conf/x.toml: table.transform_tables: names tables for a transform, but "
+            "table.transform is not set",
+        ),
+        (
+            '[table.transform_tables]\n"1st" = "/lake/customers"',
+            "conf/x.toml: table.transform_tables.1st: a view name is letters",
+        ),
+        (
+            '[table.transform_tables]\nbatch = "/lake/customers"',
+            "table.transform_tables.batch: a view name is letters, digits and _, not "
+            "starting with a digit, and not `batch`",
+        ),
+        (
+            '[table.transform_tables]\nc = "/lake/`x`"',
+            "table.transform_tables.c: must be a Delta table's URI (no backquote)",
+        ),
     ],
 )
 def test_bad_values_name_the_file_and_the_key(extra: str, message: str) -> None:

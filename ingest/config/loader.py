@@ -24,6 +24,7 @@ from ingest.errors import ConfigError
 
 # Spark's master URLs (Spark 4: no Mesos). Anything else fails at load, not in the JVM.
 _HOST_PORT = r"[A-Za-z0-9_.\-]+:\d{1,5}"
+VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SPARK_MASTER = re.compile(
     r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?"
     r"|local-cluster\[[1-9]\d*,\s*[1-9]\d*,\s*[1-9]\d*\]"
@@ -183,6 +184,22 @@ def _check_consistency(config: IngestConfig) -> None:
             check_ddl(config.table.value.schema)
         except ConfigError as exc:
             raise ConfigError(str(exc), path=path, key="table.value.schema") from None
+    for name, uri in config.table.transform_tables.items():
+        key = f"table.transform_tables.{name}"
+        if not VIEW_NAME.fullmatch(name) or name.lower() == "batch":
+            raise ConfigError(
+                "a view name is letters, digits and _, not starting with a digit, and not `batch`",
+                path=path,
+                key=key,
+            )
+        if not uri.strip() or "`" in uri:
+            raise ConfigError("must be a Delta table's URI (no backquote)", path=path, key=key)
+    if config.table.transform_tables and config.table.transform is None:
+        raise ConfigError(
+            "names tables for a transform, but table.transform is not set",
+            path=path,
+            key="table.transform_tables",
+        )
     if not SPARK_MASTER.fullmatch(config.spark.master):
         raise ConfigError(
             f"expected a Spark master URL (local, local[N], local[*], local[N,F], "

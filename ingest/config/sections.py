@@ -133,6 +133,8 @@ class TableSection:
     merge_keys: list[str] = field(default_factory=list)
     partition_by: list[str] = field(default_factory=list)
     transform: str | None = None  # SQL over the view `batch`
+    # Delta tables the transform may name: view name -> table URI (read at each batch).
+    transform_tables: dict[str, str] = field(default_factory=dict)
     storage_options: dict[str, str] = field(default_factory=dict)
     storage_options_env: dict[str, str] = field(default_factory=dict)  # option -> env var
     value: ValueSection = field(default_factory=ValueSection)

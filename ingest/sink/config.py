@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ingest.errors import ConfigError
+from ingest.sink.storage import normalize_uri
 
 __all__ = ["BASE_COLUMNS", "DEAD_LETTER_COLUMN", "TableConfig"]
 
@@ -53,6 +54,7 @@ class TableConfig:
     value_format: ValueFormat = "binary"
     value_schema: str | None = None
     transform: str | None = None
+    transform_tables: Mapping[str, str] = field(default_factory=dict)
     partition_by: tuple[str, ...] = ()
     date_column: str | None = None
     dead_letter_uri: str | None = None
@@ -83,6 +85,9 @@ class TableConfig:
             raise ConfigError("a value schema only applies to json", key="table.value.schema")
         if self.transform is not None and not self.transform.strip():
             raise ConfigError("an empty transform; leave it unset", key="table.transform")
+        # Relative paths are the config's, not the Spark driver's working directory's.
+        tables = {name: normalize_uri(uri) for name, uri in self.transform_tables.items()}
+        object.__setattr__(self, "transform_tables", tables)
         if self.date_column is not None and self.date_column in (*BASE_COLUMNS, "value"):
             raise ConfigError(
                 f"{self.date_column!r} is a Kafka column name", key="table.date_column"

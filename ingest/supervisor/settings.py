@@ -202,6 +202,7 @@ def table_config(config: IngestConfig) -> TableConfig:
         value_format=table.value.format,
         value_schema=table.value.schema,
         transform=table.transform,
+        transform_tables=dict(table.transform_tables),
         partition_by=tuple(table.partition_by),
         dead_letter_uri=config.dead_letter_uri(),
     )
