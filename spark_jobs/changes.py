@@ -49,12 +49,13 @@ _MISSING = object()
 
 class Changes:
     """Decoded rows of some records: the records kept (Kafka columns), their value
-    fields, which of them delete, and (index, error) of the records refused."""
+    fields (None: the values are not json), which of them delete, and (index, error)
+    of the records refused."""
 
     def __init__(
         self,
         records: pa.Table,
-        fields: pa.Table,
+        fields: pa.Table | None,
         deletes: pa.Array,
         errors: list[tuple[int, str]],
     ) -> None:
@@ -147,16 +148,19 @@ def tombstone_deletes(
     schema = json_schema or pa.schema([])
     wanted = _key_columns(schema, merge_keys)
     arrays, errors = key_fields(tombstones.column("key").combine_chunks(), wanted)
+    keep = np.ones(count, bool)
+    keep[[i for i, _ in errors]] = False
+    mask = pa.array(keep)
+    kept = tombstones.filter(mask)
+    flags = pa.array(np.ones(kept.num_rows, bool))
+    if json_schema is None:  # binary or string values: the merge keys are Kafka columns
+        return Changes(kept, None, flags, errors)
     found = dict(zip((f.name for f in wanted), arrays, strict=True))
     fields = pa.Table.from_arrays(
         [found.get(f.name, pa.nulls(count, f.type)) for f in schema],
         schema=pa.schema([f.with_nullable(True) for f in schema]),
     )
-    keep = np.ones(count, bool)
-    keep[[i for i, _ in errors]] = False
-    mask = pa.array(keep)
-    kept = fields.filter(mask)
-    return Changes(tombstones.filter(mask), kept, pa.array(np.ones(kept.num_rows, bool)), errors)
+    return Changes(kept, fields.filter(mask), flags, errors)
 
 
 def debezium_schema(row: pa.Schema) -> pa.Schema:

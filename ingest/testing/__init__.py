@@ -33,8 +33,8 @@ from ingest.testing.verify_upsert import Change, verify_upsert
 
 __all__ = [
     "CODECS",
-    "Change",
     "KAFKA_VERSION",
+    "Change",
     "ConsumedRecord",
     "KafkaCluster",
     "ProducedRecord",
