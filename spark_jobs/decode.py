@@ -17,6 +17,12 @@ Values decode by the table's ``value_format``:
   line count is then checked, and a block that fails is bisected down to
   single records, whose errors become dead letters. A null value (tombstone)
   is a row whose fields are all null.
+
+Tombstones (null values) go by ``tombstones``: "keep" (append: a row as above),
+"ignore" (no row), "dead_letter", or "delete" (upsert: a row marked in
+``DELETE_COLUMN`` with its merge keys, ``changes.py``). With the "debezium"
+envelope each JSON value is a change event whose ``after`` (or, for a delete,
+``before``) gives the fields (``changes.py``). Upsert rows carry ``DELETE_COLUMN``.
 """
 
 from __future__ import annotations
@@ -32,8 +38,14 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from ingest.errors import ConfigError
-from ingest.sink.config import BASE_COLUMNS, DEAD_LETTER_COLUMN
+from ingest.sink.config import BASE_COLUMNS, DEAD_LETTER_COLUMN, DELETE_COLUMN
 from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
+from spark_jobs.changes import (
+    TOMBSTONE_DEAD_LETTER,
+    debezium_changes,
+    debezium_schema,
+    tombstone_deletes,
+)
 
 __all__ = [
     "DecodeSpec",
@@ -56,12 +68,22 @@ class DecodeSpec:
     value_format: str = "binary"
     json_schema: pa.Schema | None = None
     date_column: str | None = None
+    tombstones: str = "keep"  # delete, ignore, dead_letter or keep
+    envelope: str = "none"  # or debezium
+    merge_keys: tuple[str, ...] = ()
+    deletes: bool = False  # rows carry DELETE_COLUMN (upsert)
 
     def __post_init__(self) -> None:
+        if self.tombstones == "delete" and not self.deletes:
+            raise ConfigError('"delete" needs upsert mode', key="table.tombstones")
+        if self.envelope == "debezium" and (self.value_format != "json" or not self.deletes):
+            raise ConfigError(
+                "debezium needs json values in upsert mode", key="table.value.envelope"
+            )
         if self.value_format == "json":
             if self.json_schema is None:
                 raise ConfigError("json values need a schema", key="table.value.schema")
-            taken = {*BASE_COLUMNS, "value", DEAD_LETTER_COLUMN}
+            taken = {*BASE_COLUMNS, "value", DEAD_LETTER_COLUMN, DELETE_COLUMN}
             if self.date_column:
                 taken.add(self.date_column)
             clashes = sorted(set(self.json_schema.names) & taken)
@@ -96,6 +118,8 @@ class DecodeSpec:
         if self.value_format == "json":
             assert self.json_schema is not None
             fields.extend(f.with_nullable(True) for f in self.json_schema)
+        if self.deletes:
+            fields.append(pa.field(DELETE_COLUMN, pa.bool_()))
         return pa.schema(fields)
 
 
@@ -164,31 +188,95 @@ def decode(
 
 def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime | None) -> Decoded:
     schema = spec.output_schema()
+    # (records, their value fields or None, which delete or None), then the refused.
+    parts: list[tuple[pa.Table, pa.Table | None, pa.Array | None]] = []
+    refused: list[tuple[pa.Table, list[str]]] = []
+    values = records.column("value")
+    if spec.tombstones != "keep" and values.null_count:
+        null = values.is_null()
+        tombstones = records.filter(null)
+        records = records.filter(pc.invert(null))
+        if spec.tombstones == "dead_letter":
+            refused.append((tombstones, [TOMBSTONE_DEAD_LETTER] * tombstones.num_rows))
+        elif spec.tombstones == "delete":
+            deleted = tombstone_deletes(tombstones, spec.json_schema, spec.merge_keys)
+            parts.append((deleted.records, deleted.fields, deleted.deletes))
+            refused.append(_refused(tombstones, deleted.errors))
     if spec.value_format == "binary":
-        good, bad, messages = records, None, list[str]()
+        parts.append((records, None, None))
     elif spec.value_format == "string":
         good_index, errors = _utf8(records.column("value").combine_chunks())
         good, bad, messages = _split(records, good_index, errors)
         good = good.set_column(
             good.schema.get_field_index("value"), "value", good.column("value").cast(pa.string())
         )
+        parts.append((good, None, None))
+        if bad is not None:
+            refused.append((bad, messages))
     else:
         assert spec.json_schema is not None
         values = records.column("value").combine_chunks()
-        fields, good_index, errors = _json(values, spec.json_schema)
+        envelope = spec.envelope == "debezium"
+        parsed_schema = debezium_schema(spec.json_schema) if envelope else spec.json_schema
+        fields, good_index, errors = _json(values, parsed_schema)
         good, bad, messages = _split(records, good_index, errors)
-        good = good.drop_columns(["value"])
-        for name in spec.json_schema.names:
-            good = good.append_column(name, fields.column(name))
-    if spec.date_column:
-        days = good.column("timestamp").cast(pa.date32())
-        good = good.append_column(spec.date_column, days)
-    rows = good.select(schema.names).cast(schema)
-    if bad is None or bad.num_rows == 0:
+        if bad is not None:
+            refused.append((bad, messages))
+        if envelope:
+            changes = debezium_changes(good, fields, spec.json_schema, spec.merge_keys)
+            parts.append((changes.records, changes.fields, changes.deletes))
+            refused.append(_refused(good, changes.errors))
+        else:
+            parts.append((good, fields, None))
+    rows = pa.concat_tables([_rows(spec, schema, *part) for part in parts])
+    if len(parts) > 1 and rows.num_rows:
+        rows = rows.take(pc.sort_indices(rows.column("offset")))
+    refused = [(bad, messages) for bad, messages in refused if bad.num_rows]
+    if not refused:
         dead = dead_letters(records.slice(0, 0), STAGE_DECODE, [], ingest_time=ingest_time)
     else:
-        dead = dead_letters(bad, STAGE_DECODE, messages, ingest_time=ingest_time)
+        dead = pa.concat_tables(
+            [dead_letters(bad, STAGE_DECODE, m, ingest_time=ingest_time) for bad, m in refused]
+        )
+        if len(refused) > 1:
+            dead = dead.take(pc.sort_indices(dead.column("offset")))
     return Decoded(rows, dead)
+
+
+def _refused(records: pa.Table, errors: list[tuple[int, str]]) -> tuple[pa.Table, list[str]]:
+    if not errors:
+        return records.slice(0, 0), []
+    index = pa.array([i for i, _ in errors], pa.int64())
+    return records.take(index), [message for _, message in errors]
+
+
+def _rows(
+    spec: DecodeSpec,
+    schema: pa.Schema,
+    records: pa.Table,
+    fields: pa.Table | None,
+    deletes: pa.Array | None,
+) -> pa.Table:
+    """Rows of ``schema`` from decoded records (their value fields, if json)."""
+    if spec.value_format == "json":
+        assert fields is not None
+        records = records.drop_columns(["value"])
+        for name in fields.column_names:
+            records = records.append_column(name, fields.column(name))
+    elif spec.value_format == "string" and records.schema.field("value").type != pa.string():
+        records = records.set_column(
+            records.schema.get_field_index("value"),
+            "value",
+            records.column("value").cast(pa.string()),
+        )
+    if spec.date_column:
+        records = records.append_column(
+            spec.date_column, records.column("timestamp").cast(pa.date32())
+        )
+    if spec.deletes:
+        flags = deletes if deletes is not None else pa.array(np.zeros(records.num_rows, bool))
+        records = records.append_column(DELETE_COLUMN, flags)
+    return records.select(schema.names).cast(schema)
 
 
 def _split(

@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import ConfigError
-from ingest.sink.config import DEAD_LETTER_COLUMN, TableConfig
+from ingest.sink.config import DEAD_LETTER_COLUMN, DELETE_COLUMN, TableConfig
 from ingest.sink.deadletter import Rejected
 from ingest.sink.files import DataFile, read_data_file_footer, write_data_files
 from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles, land
@@ -84,7 +84,15 @@ def decode_spec(spark: Any, config: TableConfig) -> DecodeSpec:
         if not isinstance(struct, StructType):
             raise ConfigError("must list fields: 'name TYPE, ...'", key="table.value.schema")
         json_schema = to_arrow_schema(struct, timezone="UTC")
-    return DecodeSpec(config.value_format, json_schema, config.date_column)
+    return DecodeSpec(
+        config.value_format,
+        json_schema,
+        config.date_column,
+        tombstones=config.tombstones or "keep",
+        envelope=config.value_envelope,
+        merge_keys=config.merge_keys,
+        deletes=config.deletes,
+    )
 
 
 _REGISTERED: set[int] = set()
@@ -284,10 +292,20 @@ def _sql(spark: Any, config: TableConfig) -> Any:
         needed += ["topic", "partition", "offset"]
     if config.mode == "upsert":
         needed += [*config.merge_keys, "topic", "partition", "offset"]
+    if config.deletes:
+        # Without it tombstones and change events would stop deleting, silently.
+        needed.append(DELETE_COLUMN)
     missing = sorted({c for c in needed if c not in columns})
     if missing:
+        hint = (
+            f" ({DELETE_COLUMN} marks the rows that delete their key; to have none, set "
+            'table.tombstones = "ignore" or "dead_letter")'
+            if DELETE_COLUMN in missing
+            else ""
+        )
         raise ConfigError(
-            f"the transform's output must keep the columns {missing}", key="table.transform"
+            f"the transform's output must keep the columns {missing}{hint}",
+            key="table.transform",
         )
     return out
 

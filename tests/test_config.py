@@ -110,6 +110,53 @@ def test_inconsistent_settings_are_refused() -> None:
         )
 
 
+UPSERT = MINIMAL.replace(
+    'uri = "/tmp/events"', 'uri = "/tmp/e"\nmode = "upsert"\nmerge_keys = ["id"]'
+)
+
+
+def test_tombstones_and_the_debezium_envelope_fit_the_mode() -> None:
+    assert _parse(UPSERT).table.tombstones is None  # the mode's default: delete
+    for mode in ("delete", "ignore", "dead_letter"):
+        text = UPSERT.replace("[table]", "[table]\ntombstones = " + repr(mode).replace("'", '"'))
+        assert _parse(text).table.tombstones == mode
+    cases = [
+        (
+            MINIMAL + 'tombstones = "delete"\n',
+            'conf/x.toml: table.tombstones: needs mode "upsert": an append table has no row '
+            'of a key to delete (use "keep", "ignore" or "dead_letter")',
+        ),
+        (
+            UPSERT + 'tombstones = "keep"\n',
+            "conf/x.toml: table.tombstones: applies to append mode: in upsert mode a "
+            'tombstone is "delete", "ignore" or "dead_letter"',
+        ),
+        (
+            MINIMAL + 'tombstones = "drop"\n',
+            "conf/x.toml: table.tombstones: expected one of 'delete', 'ignore', "
+            "'dead_letter', 'keep', got 'drop'",
+        ),
+        (
+            UPSERT + '[table.value]\nenvelope = "debezium"\n',
+            'conf/x.toml: table.value.envelope: needs format "json" (the schema describes '
+            "the rows in before/after)",
+        ),
+        (
+            MINIMAL + '[table.value]\nformat = "json"\nschema = "id INT"\nenvelope = "debezium"\n',
+            'conf/x.toml: table.value.envelope: needs mode "upsert": change events update '
+            "and delete rows by key",
+        ),
+        (
+            UPSERT + '[table.value]\nenvelope = "maxwell"\n',
+            "conf/x.toml: table.value.envelope: expected one of 'none', 'debezium', got 'maxwell'",
+        ),
+    ]
+    for text, message in cases:
+        with pytest.raises(ConfigError) as excinfo:
+            _parse(text)
+        assert str(excinfo.value) == message
+
+
 def test_invalid_toml_and_unreadable_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=re.escape("conf/x.toml: not valid TOML")):
         _parse("[kafka\n")

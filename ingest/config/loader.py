@@ -147,6 +147,38 @@ def _resolve_secrets(config: IngestConfig, env: Mapping[str, str], path: str) ->
     return secrets
 
 
+def _check_changes(config: IngestConfig) -> None:
+    """``table.tombstones`` and ``table.value.envelope`` against the mode (the same rules
+    as ``ingest.sink.config.check_changes``, which this layer cannot import)."""
+    path, table = config.path, config.table
+    if table.mode == "append" and table.tombstones == "delete":
+        raise ConfigError(
+            'needs mode "upsert": an append table has no row of a key to delete '
+            '(use "keep", "ignore" or "dead_letter")',
+            path=path,
+            key="table.tombstones",
+        )
+    if table.mode == "upsert" and table.tombstones == "keep":
+        raise ConfigError(
+            'applies to append mode: in upsert mode a tombstone is "delete", "ignore" '
+            'or "dead_letter"',
+            path=path,
+            key="table.tombstones",
+        )
+    if table.value.envelope == "debezium" and table.value.format != "json":
+        raise ConfigError(
+            'needs format "json" (the schema describes the rows in before/after)',
+            path=path,
+            key="table.value.envelope",
+        )
+    if table.value.envelope == "debezium" and table.mode != "upsert":
+        raise ConfigError(
+            'needs mode "upsert": change events update and delete rows by key',
+            path=path,
+            key="table.value.envelope",
+        )
+
+
 def _check_consistency(config: IngestConfig) -> None:
     path = config.path
     if not config.kafka.bootstrap_servers:
@@ -179,6 +211,7 @@ def _check_consistency(config: IngestConfig) -> None:
         raise ConfigError(
             'format "json" needs a schema (Spark DDL)', path=path, key="table.value.schema"
         )
+    _check_changes(config)
     if config.table.value.schema:
         try:
             check_ddl(config.table.value.schema)

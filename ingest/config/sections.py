@@ -124,6 +124,9 @@ class TriggerSection:
 class ValueSection:
     format: Literal["binary", "string", "json"] = "binary"
     schema: str | None = None  # Spark DDL, for json
+    # "debezium": each value is a Debezium change event ({"before", "after", "op"}, maybe
+    # inside {"schema", "payload"}); the schema describes before/after. Upsert mode only.
+    envelope: Literal["none", "debezium"] = "none"
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,9 @@ class TableSection:
     uri: str
     mode: Literal["append", "upsert"] = "append"
     merge_keys: list[str] = field(default_factory=list)
+    # A record with a null value: "delete" its key's row (upsert's default), "ignore" it,
+    # "dead_letter" it, or "keep" it as a row (append's default). None: the mode's default.
+    tombstones: Literal["delete", "ignore", "dead_letter", "keep"] | None = None
     partition_by: list[str] = field(default_factory=list)
     transform: str | None = None  # SQL over the view `batch`
     # Delta tables the transform may name: view name -> table URI (read at each batch).

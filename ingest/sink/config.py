@@ -2,8 +2,10 @@
 
 One frozen, picklable value says where the table is (``uri`` and delta-rs
 ``storage_options``), which consumer group feeds it (part of every txn app id),
-how rows land (``append`` or ``upsert`` on ``merge_keys``), how values decode
-(``binary``, ``string`` or ``json`` with a Spark DDL schema), an optional SQL
+how rows land (``append`` or ``upsert`` on ``merge_keys``), what a tombstone
+(a null value) does (``tombstones``), how values decode (``binary``, ``string``
+or ``json`` with a Spark DDL schema, optionally inside a Debezium change
+envelope: ``value_envelope``), an optional SQL
 transform over the view ``batch``, the partition columns, and where dead letters
 go (by default a sibling table ``<uri>_dead_letters``).
 """
@@ -17,16 +19,25 @@ from typing import Literal
 from ingest.errors import ConfigError
 from ingest.sink.storage import normalize_uri
 
-__all__ = ["BASE_COLUMNS", "DEAD_LETTER_COLUMN", "TableConfig"]
+__all__ = ["BASE_COLUMNS", "DEAD_LETTER_COLUMN", "DELETE_COLUMN", "TableConfig"]
 
 WriteMode = Literal["append", "upsert"]
 ValueFormat = Literal["binary", "string", "json"]
+# What a record with a null value does: "delete" its key's row (upsert), "ignore" it,
+# make it a "dead_letter", or "keep" it as a row with a null value (append).
+Tombstones = Literal["delete", "ignore", "dead_letter", "keep"]
+TOMBSTONES = ("delete", "ignore", "dead_letter", "keep")
+# "debezium": each value is a Debezium change event (before/after/op), the schema its rows.
+Envelope = Literal["none", "debezium"]
 
 # The Kafka columns every batch starts with (``value`` is replaced by the JSON
 # fields in json format).
 BASE_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "headers")
 # A transform marks rows it rejects by a non-null string in this column.
 DEAD_LETTER_COLUMN = "_dead_letter"
+# In upsert mode, a true value in this column deletes the row's key (a tombstone, a
+# Debezium delete, or a transform's choice); it never lands as a column.
+DELETE_COLUMN = "_delete"
 _SECRET_HINTS = ("secret", "password", "token", "session", "key_id")
 
 
@@ -44,6 +55,7 @@ class TableConfig:
     ``date_column`` adds a DATE column (UTC day of the Kafka timestamp) under
     that name, so tables can be partitioned by day without a transform.
     ``dead_letter_storage_options`` default to ``storage_options``.
+    ``tombstones`` defaults to "delete" in upsert mode and "keep" in append mode.
     """
 
     uri: str
@@ -53,6 +65,8 @@ class TableConfig:
     merge_keys: tuple[str, ...] = ()
     value_format: ValueFormat = "binary"
     value_schema: str | None = None
+    value_envelope: Envelope = "none"
+    tombstones: Tombstones | None = None
     transform: str | None = None
     transform_tables: Mapping[str, str] = field(default_factory=dict)
     partition_by: tuple[str, ...] = ()
@@ -83,6 +97,9 @@ class TableConfig:
             raise ConfigError("json values need a Spark DDL schema", key="table.value.schema")
         if self.value_format != "json" and self.value_schema:
             raise ConfigError("a value schema only applies to json", key="table.value.schema")
+        if self.tombstones is None:
+            object.__setattr__(self, "tombstones", "delete" if self.mode == "upsert" else "keep")
+        check_changes(self.mode, self.value_format, self.value_envelope, self.tombstones)
         if self.transform is not None and not self.transform.strip():
             raise ConfigError("an empty transform; leave it unset", key="table.transform")
         # Relative paths are the config's, not the Spark driver's working directory's.
@@ -106,6 +123,13 @@ class TableConfig:
         )
 
     @property
+    def deletes(self) -> bool:
+        """Whether rows may delete their key (``DELETE_COLUMN``)."""
+        return self.mode == "upsert" and (
+            self.tombstones == "delete" or self.value_envelope == "debezium"
+        )
+
+    @property
     def dead_letters(self) -> str:
         assert self.dead_letter_uri is not None
         return self.dead_letter_uri
@@ -118,8 +142,43 @@ class TableConfig:
         return (
             f"TableConfig(uri={self.uri!r}, group={self.group!r}, mode={self.mode!r}, "
             f"merge_keys={self.merge_keys!r}, value_format={self.value_format!r}, "
-            f"value_schema={self.value_schema!r}, transform={self.transform!r}, "
+            f"value_schema={self.value_schema!r}, value_envelope={self.value_envelope!r}, "
+            f"tombstones={self.tombstones!r}, transform={self.transform!r}, "
             f"partition_by={self.partition_by!r}, date_column={self.date_column!r}, "
             f"dead_letter_uri={self.dead_letter_uri!r}, "
             f"storage_options={_masked(self.storage_options)!r})"
+        )
+
+
+def check_changes(mode: str, value_format: str, envelope: str, tombstones: object) -> None:
+    """The rules tying ``table.tombstones`` and ``table.value.envelope`` to the mode
+    (``ConfigError`` naming the key; the loader adds the file)."""
+    if tombstones not in TOMBSTONES:
+        choices = ", ".join(repr(t) for t in TOMBSTONES)
+        raise ConfigError(f"expected one of {choices}, got {tombstones!r}", key="table.tombstones")
+    if mode == "append" and tombstones == "delete":
+        raise ConfigError(
+            'needs mode "upsert": an append table has no row of a key to delete '
+            '(use "keep", "ignore" or "dead_letter")',
+            key="table.tombstones",
+        )
+    if mode == "upsert" and tombstones == "keep":
+        raise ConfigError(
+            'applies to append mode: in upsert mode a tombstone is "delete", "ignore" '
+            'or "dead_letter"',
+            key="table.tombstones",
+        )
+    if envelope not in ("none", "debezium"):
+        raise ConfigError(
+            f"expected 'none' or 'debezium', got {envelope!r}", key="table.value.envelope"
+        )
+    if envelope == "debezium" and value_format != "json":
+        raise ConfigError(
+            'needs format "json" (the schema describes the rows in before/after)',
+            key="table.value.envelope",
+        )
+    if envelope == "debezium" and mode != "upsert":
+        raise ConfigError(
+            'needs mode "upsert": change events update and delete rows by key',
+            key="table.value.envelope",
         )

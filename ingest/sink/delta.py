@@ -87,6 +87,7 @@ class CommitOutcome:
     attempts: int
     committed: bool
     dropped_rows: int = 0
+    deleted_rows: int = 0  # rows of the table a merge deleted
     stage_seconds: Mapping[str, float] = field(default_factory=dict)
 
 

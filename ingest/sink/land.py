@@ -63,7 +63,7 @@ from ingest.errors import ConfigError, SinkError
 from ingest.faults import fault_point
 from ingest.handoff import CorruptRangeReported, SegmentSealed
 from ingest.protocol.partition import Partition
-from ingest.sink.config import TableConfig
+from ingest.sink.config import DELETE_COLUMN, TableConfig
 from ingest.sink.deadletter import (
     DEAD_LETTER_SCHEMA,
     STAGE_DECODE,
@@ -158,6 +158,7 @@ class BatchResult:
     files: int = 0
     attempts: int = 1
     replaced_rows: int = 0  # rows of the table an overwrite took out
+    deleted_rows: int = 0  # rows of the table an upsert deleted (tombstones, change events)
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,7 @@ class _Landing:
             path=written.path,
             files=len(outcome.files),
             replaced_rows=outcome.dropped_rows if batch.overwrite else 0,
+            deleted_rows=outcome.deleted_rows,
         )
 
     def _planned(self) -> tuple[dict[str, int | None], dict[str, int | None]]:
@@ -372,16 +374,26 @@ class _Landing:
         source = None
         if self.upserting:
             source, keyless = upsert_source(
-                self.main.location, written.data, written.schema, config.merge_keys
+                self.main.location,
+                written.data,
+                written.schema,
+                config.merge_keys,
+                deletes=config.deletes,
             )
             if keyless is not None:
                 message = f"a merge key is null ({', '.join(config.merge_keys)})"
+                deleting = (
+                    keyless.column(DELETE_COLUMN).to_pylist()
+                    if DELETE_COLUMN in keyless.column_names
+                    else [False] * keyless.num_rows
+                )
                 rejected = [
-                    (t, p, o, message)
-                    for t, p, o in zip(
+                    (t, p, o, f"a delete: {message}" if d else message)
+                    for t, p, o, d in zip(
                         keyless.column("topic").to_pylist(),
                         keyless.column("partition").to_pylist(),
                         keyless.column("offset").to_pylist(),
+                        deleting,
                         strict=True,
                     )
                 ]

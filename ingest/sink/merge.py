@@ -5,12 +5,22 @@ for upserts too) and deduplicated by key, the highest offset winning; delta-rs
 refuses a source with duplicate keys. Then::
 
     MERGE INTO t USING s ON t.k1 = s.k1 AND ...
-    WHEN MATCHED AND (s.partition <> t.partition OR s.offset > t.offset) THEN UPDATE *
-    WHEN NOT MATCHED THEN INSERT *
+    WHEN MATCHED AND s._delete AND (s.partition <> t.partition OR s.offset > t.offset)
+        THEN DELETE
+    WHEN MATCHED AND NOT s._delete AND (s.partition <> t.partition OR s.offset > t.offset)
+        THEN UPDATE * (but _delete)
+    WHEN NOT MATCHED AND NOT s._delete THEN INSERT * (but _delete)
 
 so a replay of older offsets never overwrites newer values of the same
-partition (offsets of different partitions are not comparable: a key that
-moved partition takes the value merged last). A merge that changes nothing
+partition, nor deletes them (offsets of different partitions are not
+comparable: a key that moved partition takes the change merged last). Rows
+marked in ``_delete`` (tombstones, Debezium deletes) take part in the dedupe
+like any other, so within a batch the last change of a key by offset decides
+between a delete and an update; the column never reaches the table. Without
+``_delete`` (no row of the batch can delete) the first clause is left out. A
+deleted row leaves nothing behind: another group replaying offsets older than a
+delete re-inserts their values (the txn filter keeps a group's own replays
+out). A merge that changes nothing
 makes no commit and would lose its txn actions, so those are then recorded by
 an empty commit. A merge carries the rewrite guard's txn
 (``delta.guard_transaction``), so it conflicts with a concurrent compaction of
@@ -36,6 +46,7 @@ import pyarrow.dataset as pads
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import ConfigError, SinkError
+from ingest.sink.config import DELETE_COLUMN
 from ingest.sink.delta import CommitOutcome, DeltaTarget, commit_properties
 from ingest.sink.files import DataFile
 from ingest.sink.schema import evolve, nullable_schema
@@ -47,6 +58,7 @@ __all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert", "upse
 log = logging.getLogger("ingest.sink")
 
 UPDATE_WHEN = "s.`partition` <> t.`partition` OR s.`offset` > t.`offset`"
+_DELETE = f"s.`{DELETE_COLUMN}`"
 
 
 def _quoted(name: str) -> str:
@@ -88,9 +100,12 @@ def upsert_source(
     files: Sequence[DataFile],
     schema: pa.Schema,
     merge_keys: Sequence[str],
+    *,
+    deletes: bool = False,
 ) -> tuple[pa.Table, pa.Table | None]:
     """A batch's staged rows to merge (its data files, read back as ``schema``), and
-    those without a merge key (None: none)."""
+    those without a merge key (None: none). With ``deletes`` the rows must carry
+    ``DELETE_COLUMN`` (a null there is a false)."""
     if files:
         filesystem, root = location.filesystem()
         dataset = pads.dataset(
@@ -103,6 +118,16 @@ def upsert_source(
     if missing:
         raise ConfigError(
             f"merge keys {missing} are not columns of the batch", key="table.merge_keys"
+        )
+    if deletes and DELETE_COLUMN not in rows.column_names:
+        raise ConfigError(
+            f"the rows lack {DELETE_COLUMN}, which marks the rows that delete",
+            key="table.transform",
+        )
+    if DELETE_COLUMN in rows.column_names and rows.column(DELETE_COLUMN).null_count:
+        index = rows.schema.get_field_index(DELETE_COLUMN)
+        rows = rows.set_column(
+            index, DELETE_COLUMN, pc.fill_null(rows.column(DELETE_COLUMN), False)
         )
     keyless = null_key_rows(rows, merge_keys)
     if not keyless.any():
@@ -152,6 +177,9 @@ def upsert(
         raise SinkError(f"{target.uri}: upsert rows lack the columns {missing}")
     schema = nullable_schema(source.schema)
     source = source.cast(schema)
+    deleting = DELETE_COLUMN in schema.names
+    if deleting:
+        schema = schema.remove(schema.get_field_index(DELETE_COLUMN))  # the table's
     for attempt in range(1, target.max_attempts + 1):
         table = target.load()
         target.check_partitioning(table)
@@ -169,18 +197,29 @@ def upsert(
                 table = target.load() or table
             metrics: dict[str, int] = {}
             if rows.num_rows:
-                metrics = (
-                    table.merge(
-                        rows,
-                        predicate=merge_predicate(merge_keys),
-                        source_alias="s",
-                        target_alias="t",
-                        commit_properties=commit_properties(token, wanted, guarded=table),
-                    )
-                    .when_matched_update_all(predicate=UPDATE_WHEN)
-                    .when_not_matched_insert_all()
-                    .execute()
+                merger = table.merge(
+                    rows,
+                    predicate=merge_predicate(merge_keys),
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=commit_properties(token, wanted, guarded=table),
                 )
+                if deleting:
+                    merger = (
+                        merger.when_matched_delete(predicate=f"{_DELETE} AND ({UPDATE_WHEN})")
+                        .when_matched_update_all(
+                            predicate=f"NOT {_DELETE} AND ({UPDATE_WHEN})",
+                            except_cols=[DELETE_COLUMN],
+                        )
+                        .when_not_matched_insert_all(
+                            predicate=f"NOT {_DELETE}", except_cols=[DELETE_COLUMN]
+                        )
+                    )
+                else:
+                    merger = merger.when_matched_update_all(
+                        predicate=UPDATE_WHEN
+                    ).when_not_matched_insert_all()
+                metrics = merger.execute()
         except CommitFailedError as exc:
             log.info("%s: merge attempt %d lost a race: %s", target.uri, attempt, exc)
             target.backoff(attempt)
@@ -205,5 +244,6 @@ def upsert(
             attempt,
             committed=True,
             dropped_rows=source.num_rows - rows.num_rows,
+            deleted_rows=int(metrics.get("num_target_rows_deleted", 0)),
         )
     raise SinkError(f"{target.uri}: no merge after {target.max_attempts} attempts")

@@ -410,6 +410,7 @@ class Engine:
             batch=batch.number,
             table_version=result.table_version,
             rows=result.rows_written,
+            deleted=result.deleted_rows,
             dead_letters=result.dead_letters,
             path=result.path,
             seconds=round(seconds, 3),

@@ -201,6 +201,8 @@ def table_config(config: IngestConfig) -> TableConfig:
         merge_keys=tuple(table.merge_keys),
         value_format=table.value.format,
         value_schema=table.value.schema,
+        value_envelope=table.value.envelope,
+        tombstones=table.tombstones,
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
         partition_by=tuple(table.partition_by),

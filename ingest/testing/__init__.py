@@ -29,10 +29,12 @@ from ingest.testing.probe import api_versions_answered
 from ingest.testing.s3 import S3Server
 from ingest.testing.tansu import TansuBroker, tansu_binary
 from ingest.testing.verify import Verdict, verify_exact
+from ingest.testing.verify_upsert import Change, verify_upsert
 
 __all__ = [
     "CODECS",
     "KAFKA_VERSION",
+    "Change",
     "ConsumedRecord",
     "KafkaCluster",
     "ProducedRecord",
@@ -51,4 +53,5 @@ __all__ = [
     "tansu_binary",
     "unique_name",
     "verify_exact",
+    "verify_upsert",
 ]

@@ -14,6 +14,9 @@ committed offset runs ahead of what the tables hold (every data offset below it 
 landed and the commits at the end; without it (right after a crash) only the safety
 properties are checked: no duplicate, nothing extra, nothing committed ahead.
 
+This is the check of an append table. An upsert table keeps one row per key (superseded
+and deleted offsets leave none): ``verify_upsert`` (``verify_upsert.py``) checks it.
+
 Nothing here comes from ingest's own code paths (no ``Cluster``, no ``DeltaTarget``), so a
 bug there cannot hide itself from the check.
 """

@@ -266,7 +266,7 @@ def test_upsert_through_a_transform_sends_rows_without_a_key_to_dead_letters(
         value_format="json",
         value_schema=JSON_SCHEMA,
         transform=(
-            "SELECT topic, partition, offset, amount, "
+            "SELECT topic, partition, offset, amount, _delete, "
             "CASE WHEN id % 10 = 0 THEN NULL ELSE user END AS user FROM batch"
         ),
     )
