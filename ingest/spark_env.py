@@ -30,6 +30,7 @@ from ingest.jars import resolve
 
 __all__ = [
     "DELTA_SETTINGS",
+    "beside_spark",
     "delta_coordinates",
     "hadoop_aws_coordinates",
     "s3a_settings",
@@ -77,16 +78,20 @@ def hadoop_aws_coordinates() -> list[str]:
     return [f"org.apache.hadoop:hadoop-aws:{version}"]
 
 
-def session_jars(*, s3: bool = True) -> list[Path]:
-    """The jars a session adds to pyspark's: Delta's, and S3A's unless ``s3`` is False;
-    those pyspark bundles under any version are dropped."""
-    coordinates = delta_coordinates() + (hadoop_aws_coordinates() if s3 else [])
+def beside_spark(coordinates: list[str]) -> list[Path]:
+    """The jars of ``coordinates`` (resolved once, cached) that pyspark does not bundle
+    under any version: what goes on a session's class path next to Spark's own."""
     bundled = {_artifact_name(jar) for jar in _pyspark_jars().glob("*.jar")}
     jars: list[Path] = []
     for jar in resolve(coordinates):
         if _artifact_name(jar) not in bundled and jar not in jars:
             jars.append(jar)
     return jars
+
+
+def session_jars(*, s3: bool = True) -> list[Path]:
+    """The jars a session adds to pyspark's: Delta's, and S3A's unless ``s3`` is False."""
+    return beside_spark(delta_coordinates() + (hadoop_aws_coordinates() if s3 else []))
 
 
 def s3a_settings(storage_options: Mapping[str, str]) -> dict[str, str]:

@@ -68,6 +68,11 @@ class SegmentTask:
     dead_skip_through: int | None  # the dead-letter table's txn version
     rows: tuple[int, int] | None = None  # a row range of the segments' records; None: all
 
+    def __post_init__(self) -> None:
+        # A lone URI would be read as its characters: "/" first, a directory.
+        if isinstance(self.uris, str):
+            raise TypeError(f"SegmentTask.uris is a tuple of segment URIs, got {self.uris!r}")
+
 
 @dataclass(frozen=True)
 class ReadPlan:

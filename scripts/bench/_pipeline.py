@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,8 +54,8 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 # -- records ---------------------------------------------------------------------------------
 
 
-def json_value(record_id: int, ts_ms: int) -> bytes:
-    """A JSON object of exactly VALUE_BYTES bytes (ids below 10**8)."""
+def json_value(record_id: int, ts_ms: int, size: int = VALUE_BYTES) -> bytes:
+    """A JSON object of exactly ``size`` bytes (ids below 10**8, ``size`` >= 100)."""
     head = b'{"id":%d,"user":"user-%05d","amount":%d.%02d,"kind":"%s","ts":%d,"pad":"' % (
         record_id,
         record_id % 50_000,
@@ -64,12 +64,18 @@ def json_value(record_id: int, ts_ms: int) -> bytes:
         KINDS[record_id % 4],
         ts_ms,
     )
-    return head + b"x" * (VALUE_BYTES - len(head) - 2) + b'"}'
+    return head + b"x" * (size - len(head) - 2) + b'"}'
 
 
-def produce_json(bootstrap: str, topic: str, partitions: int, per_partition: int) -> float:
-    """Produces ``per_partition`` records to each partition (non-idempotent, as the
-    harness's crash-safe setting); returns the seconds it took."""
+def produce_json(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    per_partition: int,
+    value_bytes: int = VALUE_BYTES,
+) -> float:
+    """Produces ``per_partition`` records of ``value_bytes`` to each partition
+    (non-idempotent, as the harness's crash-safe setting); returns the seconds it took."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -92,7 +98,7 @@ def produce_json(bootstrap: str, topic: str, partitions: int, per_partition: int
         base = partition * per_partition
         now_ms = time.time_ns() // 1_000_000
         for n in range(per_partition):
-            value = json_value(base + n, now_ms)
+            value = json_value(base + n, now_ms, value_bytes)
             key = b"k%07d" % (n % 1_000_000)
             while True:
                 try:
@@ -396,21 +402,27 @@ def ingest_until_end(
     topic: str,
     ends: Mapping[int, int],
     per: int,
+    *,
+    sections: Mapping[str, Mapping[str, Any]] | None = None,
+    check: Callable[[Path], str | None] | None = None,
 ) -> dict[str, Any]:
-    """``ingest run --until-end`` into ``workdir/name``, measured and checked exact."""
+    """``ingest run --until-end`` into ``workdir/name``, measured and checked exact (or by
+    ``check``, which says what is wrong with the table, None when nothing is)."""
     table = workdir / name
+    group = unique_name(name)
     config = write_config(
         workdir / f"{name}.toml",
         bootstrap=bootstrap,
         topic=topic,
-        group=unique_name(name),
+        group=group,
         table=table,
+        sections=sections,
     )
     log = workdir / f"{name}.log"
     measured = run_measured(ingest_argv(config, "--until-end"), log=log, timeout=1800)
     if measured.returncode != 0:
         raise RuntimeError(f"ingest exited {measured.returncode}; log: {log}")
-    problem = check_exact(table, ends, per)
+    problem = check(table) if check is not None else check_exact(table, ends, per)
     dead = dead_letter_rows(f"{table}_dead_letters")
     if dead and problem is None:
         problem = f"{dead} dead letters"
@@ -419,7 +431,13 @@ def ingest_until_end(
         f"# {name}: {measured.seconds:.1f}s, exact: {problem or 'yes'}; {phases.describe()}",
         flush=True,
     )
-    return {"m": measured, "seconds": measured.seconds, "problem": problem, "phases": phases}
+    return {
+        "m": measured,
+        "seconds": measured.seconds,
+        "problem": problem,
+        "phases": phases,
+        "group": group,
+    }
 
 
 # -- checking a table ------------------------------------------------------------------------

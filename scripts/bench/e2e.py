@@ -1,30 +1,44 @@
-"""End-to-end benchmark: a topic into a Delta table, ours against a naive pipeline and the limit.
+"""End-to-end benchmark: a topic into a Delta table, ingest against the pipelines users know.
 
-One Tansu broker (memory storage); 5,000,000 JSON records of 100 bytes produced once to
-8 partitions (``--quick``: 500,000), then, in turn, on the same topic, each with its own
-group and table:
+One Apache Kafka node (KRaft, from Maven Central; ``--broker tansu`` for the quickstart's
+broker). For each size, JSON records produced once to 8 partitions, then, in turn, on the
+same topic, each pipeline with its own group and table:
 
-* (a) ours: ``ingest run --until-end`` (the CLI as a subprocess, local[2] Spark, JSON
-  value schema declared in the config), timed wall clock from process start to exit,
-  the JVM's start included;
-* (b) naive: a confluent-kafka group consumer, orjson per value into the same columns,
-  a pyarrow table per 100k messages, ``deltalake.write_deltalake`` append, a synchronous
-  offset commit after each write (a subprocess, timed wall clock likewise);
+* (a) ingest: ``ingest run --until-end`` (the CLI as a subprocess, local[2] Spark, JSON
+  value schema declared in the config), wall clock from process start to exit, the JVM's
+  start included;
+* (b) naive: a confluent-kafka group consumer, orjson per value, a pyarrow table per 100k
+  messages, ``write_deltalake`` append, a synchronous offset commit after each write;
 * (c) limit: librdkafka's raw consumer reading every message (nothing built), plus one
-  delta-rs write of the same rows as Arrow: read + write seconds.
+  delta-rs write of the same rows as Arrow: read + write seconds (not a pipeline: a floor
+  for one way of reading);
+* (d) Spark Structured Streaming: ``spark-sql-kafka-0-10`` for the installed Spark,
+  ``from_json`` with the same schema, delta-spark's sink, ``Trigger.AvailableNow``, in the
+  same local[2] Spark with Delta's jars (``_structured.py``), wall clock like (a);
+* (e) kafka-delta-ingest, when ``--kdi-binary PATH`` is given: ``-e``, JSON, its own
+  ``kafka.partition``/``kafka.offset`` transforms (``_kdi.py``), wall clock.
 
-Each table is checked exact: every (partition, offset) once, nothing else, and each row's
-``id`` the one produced at its offset. Peak memory is the process tree's (the ingest
-supervisor, its workers, the Spark JVM and its Python workers; the broker is not counted),
-sampled from /proc every 0.25 s: the sum of VmRSS (the headline; shared pages count once per
-process) and the sum of Pss.
+Sizes (``--sizes``): 100k, 500k and 5M records of 100 B, and 1M of 1 KB (``1M@1KB``).
+``--upsert`` adds the second workload: 5M change events over 500k keys (``--upsert-size``)
+into a table keyed by ``id``, through (a) ingest's upsert mode and (d) Structured Streaming
+with ``foreachBatch`` + Delta MERGE (latest offset wins in both); kafka-delta-ingest cannot
+upsert.
 
-    .venv/bin/python scripts/bench/e2e.py            # 5M records, about 4 minutes
-    .venv/bin/python scripts/bench/e2e.py --quick    # 500k records
+Every table is checked exact: every (partition, offset) once, nothing else, each row's
+``id`` the one produced at its offset (upsert: one row per key, its last change). Peak
+memory is the whole process tree's (sum of VmRSS; Pss too), sampled from /proc every
+0.25 s; CPU is the tree's user + system seconds. "lag visible" says whether the group's
+committed offsets reach the end, as ``kafka-consumer-groups --describe`` would show them.
 
-The last line is
-``RESULT vs_naive=<x> vs_limit=<y> exact=<true|false> peak_rss_gib=<z>``: x and y are ratios
-of rows/s (ours over theirs), z is ours.
+    .venv/bin/python scripts/bench/e2e.py                      # every size, ~15 min
+    .venv/bin/python scripts/bench/e2e.py --sizes 100k,500k    # the small triggers
+    .venv/bin/python scripts/bench/e2e.py --kdi-binary ~/kdi/target/release/kafka-delta-ingest
+    .venv/bin/python scripts/bench/e2e.py --sizes 100k --upsert --upsert-size 1M
+
+The last line is ``RESULT vs_ss=.. vs_kdi=.. vs_naive=.. vs_limit=.. small_vs_naive=..
+small_vs_limit=.. exact=.. peak_rss_gib=..``: rows/s ratios, ours over theirs, at the
+largest 100-byte size (small_vs_naive at 500k, small_vs_limit at 100k: wall time ratio
+limit over ours, so above 0.5 means within 2x); peak_rss_gib is ours at the largest size.
 """
 
 from __future__ import annotations
@@ -39,9 +53,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from _changes import check_latest, produce_changes
+from _kdi import run_kdi
 from _peers import limit_pipeline, naive_pipeline
 from _pipeline import (
     OUTPUT_SCHEMA,
+    VALUE_DDL,
     VALUE_SCHEMA,
     Measured,
     check_exact,
@@ -53,10 +70,36 @@ from _pipeline import (
     run_measured,
 )
 
-from ingest.testing import TansuBroker, create_topic, unique_name
+from ingest.testing import KafkaCluster, TansuBroker, create_topic, unique_name
 from spark_jobs.decode import DecodeSpec
 
 PARTITIONS = 8
+DEFAULT_SIZES = "100k,500k,5M,1M@1KB"
+LABELS = {
+    "ours": "(a) ingest",
+    "naive": "(b) naive",
+    "limit": "(c) limit",
+    "ss": "(d) Structured Streaming",
+    "kdi": "(e) kafka-delta-ingest",
+}
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``500k`` -> (500000, 100); ``1M@1KB`` -> (1000000, 1024)."""
+    count, _, value = text.partition("@")
+    scale = {"k": 1_000, "M": 1_000_000}.get(count[-1], 1)
+    records = int(float(count.rstrip("kM")) * scale)
+    value_bytes = 100
+    if value:
+        value_bytes = (
+            int(value.upper().removesuffix("KB")) * 1024
+            if "KB" in value.upper()
+            else int(value.rstrip("B"))
+        )
+    return records, value_bytes
+
+
+# -- the peers, each in its own process (``--peer``) ------------------------------------------
 
 
 def run_peer(args: argparse.Namespace) -> None:
@@ -71,10 +114,22 @@ def run_peer(args: argparse.Namespace) -> None:
             OUTPUT_SCHEMA,
             VALUE_SCHEMA.names,
         )
-    else:
+    elif args.peer == "limit":
         spent = limit_pipeline(
             args.bootstrap, args.topic, args.table, ends, DecodeSpec("json", VALUE_SCHEMA)
         )
+    else:
+        import _structured
+
+        checkpoint = Path(args.table + "_checkpoint")
+        if args.peer == "ss":
+            spent = _structured.append(
+                args.bootstrap, args.topic, Path(args.table), checkpoint, VALUE_DDL
+            )
+        else:
+            spent = _structured.upsert(
+                args.bootstrap, args.topic, Path(args.table), checkpoint, VALUE_DDL, "id"
+            )
     print("PEER " + json.dumps(spent), flush=True)
 
 
@@ -86,102 +141,252 @@ def peer_seconds(log: Path) -> dict[str, float]:
 
 
 def run_peer_process(
-    peer: str, workdir: Path, bootstrap: str, topic: str, ends: dict[int, int], per: int
+    peer: str, workdir: Path, bootstrap: str, topic: str, ends: dict[int, int]
 ) -> dict[str, Any]:
     log = workdir / f"{peer}.log"
     table = workdir / peer
+    group = unique_name(peer)
     argv = [
         sys.executable,
         str(Path(__file__).resolve()),
         *("--peer", peer, "--bootstrap", bootstrap, "--topic", topic),
-        *("--group", unique_name(peer), "--table", str(table)),
+        *("--group", group, "--table", str(table)),
         *("--ends", ",".join(f"{p}:{n}" for p, n in ends.items())),
     ]
-    measured = run_measured(argv, log=log, timeout=1800)
+    measured = run_measured(argv, log=log, timeout=3600)
     if measured.returncode != 0:
         raise RuntimeError(f"{peer} exited {measured.returncode}; log: {log}")
     spent = peer_seconds(log)
-    # The limit is its two timed phases; the naive pipeline is wall clock, as ours.
+    # The limit is its two timed phases; the others are wall clock, as ours.
     seconds = spent["read"] + spent["write"] if peer == "limit" else measured.seconds
-    problem = check_exact(table, ends, per)
     phases = " ".join(f"{k}={v:.1f}s" for k, v in spent.items())
-    print(f"# {peer}: {seconds:.1f}s, exact: {problem or 'yes'}; {phases}", flush=True)
-    return {"m": measured, "seconds": seconds, "problem": problem}
+    return {"m": measured, "seconds": seconds, "group": group, "phases": phases, "table": table}
 
 
-LABELS = {
-    "ours": "(a) ingest run --until-end (wall clock)",
-    "naive": "(b) confluent-kafka + orjson + write_deltalake",
-    "limit": "(c) librdkafka raw read + one delta-rs write",
-}
+# -- what kafka-consumer-groups would show ------------------------------------------------------
+
+
+def committed_lag(bootstrap: str, group: str | None, topic: str, ends: dict[int, int]) -> str:
+    """The group's lag from its committed offsets, or why there is none to see."""
+    if group is None:
+        return "n/a"
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
+    finally:
+        consumer.close()
+    offsets = {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+    if not offsets:
+        return "no (none committed)"
+    lag = sum(end - offsets.get(p, 0) for p, end in ends.items())
+    return f"yes (lag {lag})"
+
+
+def spark_source_groups(bootstrap: str) -> list[str]:
+    """Groups named like Spark's Kafka source's (``spark-kafka-source-...``)."""
+    from confluent_kafka.admin import AdminClient
+
+    listed = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups().result(30)
+    return [g.group_id for g in listed.valid if g.group_id.startswith("spark-kafka-source")]
+
+
+# -- one size -----------------------------------------------------------------------------------
+
+
+def run_size(
+    args: argparse.Namespace, bootstrap: str, workdir: Path, records: int, value_bytes: int
+) -> dict[str, dict[str, Any]]:
+    per = records // args.partitions
+    ends = dict.fromkeys(range(args.partitions), per)
+    label = f"{per * args.partitions:,} x {value_bytes} B"
+    topic = unique_name(f"bench-e2e-{records}-{value_bytes}")
+    create_topic(bootstrap, topic, partitions=args.partitions)
+    produced = produce_json(bootstrap, topic, args.partitions, per, value_bytes)
+    print(f"# {label}: produced in {produced:.1f}s", flush=True)
+    here = workdir / f"{records}-{value_bytes}"
+    here.mkdir()
+    results: dict[str, dict[str, Any]] = {}
+    for name in args.pipelines:
+        if name == "kdi" and args.kdi_binary is None:
+            continue
+        if name == "ours":
+            result = ingest_until_end(name, here, bootstrap, topic, ends, per)
+            result["table"] = here / name
+            result["phases"] = result["phases"].describe()
+        elif name == "kdi":
+            group = unique_name("kdi")
+            table = here / "kdi"
+            measured = run_kdi(args.kdi_binary, bootstrap, topic, group, table, here / "kdi.log")
+            if measured.returncode != 0:
+                raise RuntimeError(f"kdi exited {measured.returncode}; log: {here / 'kdi.log'}")
+            result = {"m": measured, "seconds": measured.seconds, "group": group, "table": table}
+        else:
+            result = run_peer_process(name, here, bootstrap, topic, ends)
+        result["problem"] = check_exact(result["table"], ends, per)
+        group = None if name == "limit" else result["group"]
+        if name == "ss":
+            found = spark_source_groups(bootstrap)
+            result["lag"] = (
+                committed_lag(bootstrap, found[-1], topic, ends) if found else ("no (no group)")
+            )
+        else:
+            result["lag"] = committed_lag(bootstrap, group, topic, ends)
+        result["label"] = label
+        results[name] = result
+        print(
+            f"# {label} {name}: {result['seconds']:.1f}s exact: {result['problem'] or 'yes'}"
+            f" lag visible: {result['lag']} {result.get('phases', '')}",
+            flush=True,
+        )
+    return results
+
+
+def run_upsert(
+    args: argparse.Namespace, bootstrap: str, workdir: Path
+) -> dict[str, dict[str, Any]]:
+    total, keys = args.upsert_size, args.upsert_keys
+    topic = unique_name("bench-e2e-upsert")
+    create_topic(bootstrap, topic, partitions=args.partitions)
+    produced = produce_changes(bootstrap, topic, args.partitions, total, keys)
+    label = f"upsert {total:,} over {keys:,} keys"
+    print(f"# {label}: produced in {produced:.1f}s", flush=True)
+    here = workdir / "upsert"
+    here.mkdir()
+    ends = {p: 0 for p in range(args.partitions)}
+    for i in range(total):  # the end offset of each partition: its number of events
+        ends[(i % keys) % args.partitions] += 1
+    results: dict[str, dict[str, Any]] = {}
+    for name in ("ours", "ss"):
+        if name not in args.pipelines:
+            continue
+        if name == "ours":
+            result = ingest_until_end(
+                name,
+                here,
+                bootstrap,
+                topic,
+                ends,
+                0,
+                sections={"table": {"mode": "upsert", "merge_keys": ["id"]}},
+                check=lambda table: check_latest(table, total, keys),
+            )
+            result["table"] = here / name
+        else:
+            result = run_peer_process("ss-upsert", here, bootstrap, topic, ends)
+            result["problem"] = check_latest(result["table"], total, keys)
+        result["lag"] = (
+            "see append" if name == "ss" else committed_lag(bootstrap, result["group"], topic, ends)
+        )
+        result["label"] = label
+        results[name] = result
+        print(
+            f"# {label} {name}: {result['seconds']:.1f}s exact: {result['problem'] or 'yes'}",
+            flush=True,
+        )
+    return results
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def print_table(runs: list[tuple[str, dict[str, dict[str, Any]]]]) -> None:
+    print()
+    header = f"{'size':26} {'pipeline':26} {'seconds':>8} {'rows/s':>11} {'CPU s':>7}"
+    print(f"{header} {'RSS GiB':>8} {'PSS GiB':>8} {'exact':6} lag visible")
+    for label, results in runs:
+        rows = int(label.split()[0 if not label.startswith("upsert") else 1].replace(",", ""))
+        for name, result in results.items():
+            m: Measured = result["m"]
+            rate = rows / result["seconds"]
+            exact = "yes" if result["problem"] is None else "NO"
+            print(
+                f"{label:26} {LABELS[name]:26} {result['seconds']:8.1f} {rate:11,.0f} "
+                f"{m.cpu_seconds:7.1f} {gib(m.peak_rss):8.2f} {gib(m.peak_pss):8.2f} "
+                f"{exact:6} {result['lag']}"
+            )
+            if result["problem"] is not None:
+                print(f"{'':26} ^ not exact: {result['problem']}")
+    print("(limit: read + write seconds; its memory and CPU include building the Arrow data)")
+    print("(Structured Streaming keeps its offsets in its checkpoint, kafka-delta-ingest in")
+    print(" the Delta log's txn actions; the lag column shows what Kafka's tools can see)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="500,000 records")
-    parser.add_argument("--records", type=int, help="total records (default 5M, quick 500k)")
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"default {DEFAULT_SIZES}")
+    parser.add_argument("--quick", action="store_true", help="--sizes 100k,500k")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
+    parser.add_argument("--broker", choices=["kafka", "tansu"], default="kafka")
+    parser.add_argument("--kdi-binary", type=Path, help="a kafka-delta-ingest binary")
+    parser.add_argument("--only", default="ours,naive,limit,ss,kdi", help="pipelines to run")
+    parser.add_argument("--upsert", action="store_true", help="also the upsert workload")
+    parser.add_argument("--upsert-size", type=lambda t: parse_size(t)[0], default=5_000_000)
+    parser.add_argument("--upsert-keys", type=lambda t: parse_size(t)[0], default=500_000)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", default="ours,naive,limit", help="a subset to run (RESULT needs all three)"
+        "--peer", choices=["naive", "limit", "ss", "ss-upsert"], help=argparse.SUPPRESS
     )
-    parser.add_argument("--peer", choices=["naive", "limit"], help=argparse.SUPPRESS)
     for hidden in ("--bootstrap", "--topic", "--group", "--table", "--ends"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
         run_peer(args)
         return
-
-    total = args.records or (500_000 if args.quick else 5_000_000)
-    per = total // args.partitions
-    total = per * args.partitions
-    ends = dict.fromkeys(range(args.partitions), per)
-    chosen = [name for name in LABELS if name in args.only.split(",")]
+    args.pipelines = [name for name in LABELS if name in args.only.split(",")]
+    sizes = [parse_size(text) for text in ("100k,500k" if args.quick else args.sizes).split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-e2e-"))
-    print(f"# {machine()}; load average before: {load_average()}")
-    print(f"# {total:,} JSON records of 100 B, {args.partitions} partitions; work dir {workdir}")
-    results: dict[str, dict[str, Any]] = {}
+    print(f"# {machine()}; load average before: {load_average()}; broker: {args.broker}")
+    runs: list[tuple[str, dict[str, dict[str, Any]]]] = []
     try:
-        with TansuBroker() as broker:
-            bootstrap = broker.bootstrap
-            topic = unique_name("bench-e2e")
-            create_topic(bootstrap, topic, partitions=args.partitions)
-            produced = produce_json(bootstrap, topic, args.partitions, per)
-            print(f"# produced in {produced:.1f}s ({total / produced:,.0f}/s)", flush=True)
-            for name in chosen:
-                if name == "ours":
-                    results[name] = ingest_until_end(name, workdir, bootstrap, topic, ends, per)
-                else:
-                    results[name] = run_peer_process(name, workdir, bootstrap, topic, ends, per)
+        with KafkaCluster(1) if args.broker == "kafka" else TansuBroker() as broker:
+            for records, value_bytes in sizes:
+                results = run_size(args, broker.bootstrap, workdir, records, value_bytes)
+                runs.append((next(iter(results.values()))["label"], results))
+            if args.upsert:
+                results = run_upsert(args, broker.bootstrap, workdir)
+                if results:
+                    runs.append((next(iter(results.values()))["label"], results))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-
     print(f"# load average after: {load_average()}")
-    print()
-    header = f"{'pipeline':48} {'seconds':>8} {'rows/s':>11} {'RSS GiB':>8} {'PSS GiB':>8}"
-    print(f"{header} {'CPU s':>7} exact")
-    rate = {name: total / r["seconds"] for name, r in results.items()}
-    for name, result in results.items():
-        m: Measured = result["m"]
-        print(
-            f"{LABELS[name]:48} {result['seconds']:8.1f} {rate[name]:11,.0f} "
-            f"{gib(m.peak_rss):8.2f} {gib(m.peak_pss):8.2f} {m.cpu_seconds:7.1f} "
-            f"{result['problem'] or 'yes'}"
-        )
-    for name, result in results.items():
-        spent = ", ".join(f"{k} {v:.1f}" for k, v in result["m"].cpu_by_kind.items())
-        print(f"# CPU s of {name}: {spent}")
-    print("(peak memory and CPU: the whole process tree; for (c) they include building the")
-    print(" Arrow data between the timed read and write)")
-    if {"ours", "naive", "limit"} <= set(results):
-        exact = all(r["problem"] is None for r in results.values())
-        print(
-            f"RESULT vs_naive={rate['ours'] / rate['naive']:.2f} "
-            f"vs_limit={rate['ours'] / rate['limit']:.2f} exact={str(exact).lower()} "
-            f"peak_rss_gib={gib(results['ours']['m'].peak_rss):.2f}"
-        )
+    print_table(runs)
+    summary(runs, sizes)
+
+
+def summary(
+    runs: list[tuple[str, dict[str, dict[str, Any]]]], sizes: list[tuple[int, int]]
+) -> None:
+    by_size = {size: results for size, (_, results) in zip(sizes, runs, strict=False)}
+    small = [s for s in sizes if s[1] == 100]
+    if not small:
+        return
+    largest = by_size[max(small)]
+    parts: list[str] = []
+
+    def ratio(results: dict[str, dict[str, Any]], peer: str) -> float | None:
+        if "ours" in results and peer in results:
+            return float(results[peer]["seconds"] / results["ours"]["seconds"])
+        return None
+
+    for key, results, peer in (
+        ("vs_ss", largest, "ss"),
+        ("vs_kdi", largest, "kdi"),
+        ("vs_naive", largest, "naive"),
+        ("vs_limit", largest, "limit"),
+        ("small_vs_naive", by_size.get((500_000, 100), {}), "naive"),
+        ("small_vs_limit", by_size.get((100_000, 100), {}), "limit"),
+    ):
+        value = ratio(results, peer)
+        if value is not None:
+            parts.append(f"{key}={value:.2f}")
+    exact = all(r["problem"] is None for _, results in runs for r in results.values())
+    parts.append(f"exact={str(exact).lower()}")
+    if "ours" in largest:
+        parts.append(f"peak_rss_gib={gib(largest['ours']['m'].peak_rss):.2f}")
+    print("RESULT " + " ".join(parts))
 
 
 if __name__ == "__main__":

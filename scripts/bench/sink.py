@@ -139,7 +139,7 @@ def main() -> None:
                     mode="records",
                     token="bench",
                     tasks=tuple(
-                        SegmentTask(s.uri, s.topic, s.partition, None, None) for s in segments
+                        SegmentTask((s.uri,), s.topic, s.partition, None, None) for s in segments
                     ),
                     spec=DecodeSpec(),
                     table=location,

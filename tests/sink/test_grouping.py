@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -130,3 +131,11 @@ def test_every_row_of_every_partition_is_in_exactly_one_task_in_order(
         starts = [int(u.rsplit("-", 1)[1]) for u in task.uris]
         assert starts == sorted(starts)
         assert all(u.startswith(f"/seg/t-{task.partition}-") for u in task.uris)
+
+
+def test_a_task_refuses_a_lone_uri_for_its_tuple_of_uris() -> None:
+    # scripts/bench/sink.py once passed one URI: its tasks read "/" (a directory) and died
+    # in Spark with "Expected file path, but / is a directory".
+    with pytest.raises(TypeError, match="tuple of segment URIs"):
+        SegmentTask("/seg/t-0-0", "t", 0, None, None)  # type: ignore[arg-type]
+    assert SegmentTask(("/seg/t-0-0",), "t", 0, None, None).uris == ("/seg/t-0-0",)
