@@ -15,6 +15,12 @@ final authority (``StructType.fromDDL`` in the job); this is its grammar for a f
              | ARRAY "<" type ">" | MAP "<" type "," type ">"
              | STRUCT "<" [field ("," field)*] ">"
 
+:func:`arrow_schema` gives the Arrow schema Spark's own conversion gives
+(``to_arrow_schema(StructType.fromDDL(ddl), timezone="UTC")``, checked equal in
+``tests/test_ddl.py``), or None for the types whose Arrow form this module does not claim
+to match (CHAR/VARCHAR, VARIANT, year-month intervals, comments): batches of such a schema
+run on Spark, whose parser decides.
+
 A whole ``STRUCT<...>`` is accepted too. Keywords are case-insensitive; a name may start with
 a digit (``1a``), as in Spark. Like Spark's parser, this one does not refuse repeated field
 names. Unlike it, an empty list is refused: the job needs fields.
@@ -23,10 +29,13 @@ names. Unlike it, an empty list is refused: the job needs fields.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+import pyarrow as pa
 
 from ingest.errors import ConfigError
 
-__all__ = ["check_ddl", "field_names"]
+__all__ = ["arrow_schema", "check_ddl", "field_names"]
 
 SIMPLE_TYPES = frozenset(
     [
@@ -54,12 +63,44 @@ SIMPLE_TYPES = frozenset(
 )
 DECIMALS = frozenset({"DECIMAL", "DEC", "NUMERIC"})
 INTERVAL_UNITS = frozenset({"YEAR", "MONTH", "DAY", "HOUR", "MINUTE", "SECOND"})
+# Spark's Arrow form of each simple type (pyspark.sql.pandas.types.to_arrow_type, UTC);
+# absent: no Arrow form claimed here.
+_ARROW: dict[str, pa.DataType] = {
+    "BOOLEAN": pa.bool_(),
+    "TINYINT": pa.int8(),
+    "BYTE": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "SHORT": pa.int16(),
+    "INT": pa.int32(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "LONG": pa.int64(),
+    "FLOAT": pa.float32(),
+    "REAL": pa.float32(),
+    "DOUBLE": pa.float64(),
+    "DATE": pa.date32(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP_NTZ": pa.timestamp("us"),
+    "STRING": pa.string(),
+    "BINARY": pa.binary(),
+    "VOID": pa.null(),
+}
+_DAY_TIME_UNITS = frozenset({"DAY", "HOUR", "MINUTE", "SECOND"})
 KNOWN = sorted(SIMPLE_TYPES | DECIMALS | {"CHAR", "VARCHAR", "INTERVAL", "ARRAY", "MAP", "STRUCT"})
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<quoted>`(?:[^`]|``)*`)|(?P<word>[A-Za-z0-9_]*[A-Za-z_][A-Za-z0-9_]*)|(?P<number>\d+)"
     r"|(?P<string>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")|(?P<punct>[<>(),:]))"
 )
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    type: pa.DataType | None  # None: no Arrow form claimed
+    nullable: bool
+    comment: bool
 
 
 class _Parser:
@@ -118,18 +159,18 @@ class _Parser:
             raise self.error(f"expected a number, found {value!r}")
         return int(value)
 
-    def fields(self, closing: str | None) -> list[str]:
-        names: list[str] = []
+    def fields(self, closing: str | None) -> list[_Field]:
+        found: list[_Field] = []
         if closing is not None and self.peek() == ("punct", closing):
-            return names
+            return found
         while True:
-            names.append(self.field())
+            found.append(self.field())
             if self.peek() == ("punct", ","):
                 self.index += 1
                 continue
-            return names
+            return found
 
-    def field(self) -> str:
+    def field(self) -> _Field:
         kind, value = self.take()
         if kind == "quoted":
             name = value[1:-1].replace("``", "`")
@@ -140,25 +181,30 @@ class _Parser:
             raise self.error(f"expected a field name, found {value!r}")
         if self.peek() == ("punct", ":"):
             self.index += 1
-        self.type()
-        if self.keyword("NOT") and not self.keyword("NULL"):
-            raise self.error("expected NULL after NOT")
-        if self.keyword("COMMENT"):
+        arrow = self.type()
+        nullable = True
+        if self.keyword("NOT"):
+            if not self.keyword("NULL"):
+                raise self.error("expected NULL after NOT")
+            nullable = False
+        comment = self.keyword("COMMENT")
+        if comment:
             kind, value = self.take()
             if kind != "string":
                 self.index -= 1
                 raise self.error("expected a quoted comment")
-        return name
+        return _Field(name, arrow, nullable, comment)
 
-    def type(self) -> None:
+    def type(self) -> pa.DataType | None:
         kind, value = self.take()
         word = value.upper()
         if kind != "word":
             self.index -= 1
             raise self.error(f"expected a type, found {value!r}")
         if word in SIMPLE_TYPES:
-            return
+            return _ARROW.get(word)
         if word in DECIMALS:
+            precision, scale = 10, 0  # Spark's DECIMAL without arguments
             if self.peek() == ("punct", "("):
                 self.index += 1
                 precision = self.number()
@@ -169,42 +215,52 @@ class _Parser:
                 self.expect(")")
                 if not 1 <= precision <= 38 or scale > precision:
                     raise self.error(f"DECIMAL({precision}, {scale}) is out of range")
-            return
+            return pa.decimal128(precision, scale)
         if word in ("CHAR", "VARCHAR"):
             self.expect("(")
             self.number()
             self.expect(")")
-            return
+            return None
         if word == "INTERVAL":
+            units = []
             if not self.keyword(*INTERVAL_UNITS):
                 raise self.error("expected an interval unit (YEAR ... SECOND)")
-            if self.keyword("TO") and not self.keyword(*INTERVAL_UNITS):
-                raise self.error("expected an interval unit after TO")
-            return
+            units.append(self.tokens[self.index - 1][1].upper())
+            if self.keyword("TO"):
+                if not self.keyword(*INTERVAL_UNITS):
+                    raise self.error("expected an interval unit after TO")
+                units.append(self.tokens[self.index - 1][1].upper())
+            return pa.duration("us") if set(units) <= _DAY_TIME_UNITS else None
         if word == "ARRAY":
             self.expect("<")
-            self.type()
+            element = self.type()
             self.expect(">")
-            return
+            return None if element is None else pa.list_(pa.field("element", element))
         if word == "MAP":
             self.expect("<")
-            self.type()
+            key = self.type()
             self.expect(",")
-            self.type()
+            item = self.type()
             self.expect(">")
-            return
+            if key is None or item is None:
+                return None
+            return pa.map_(pa.field("key", key, nullable=False), pa.field("value", item))
         if word == "STRUCT":
             self.expect("<")
-            self.fields(">")
+            members = self.fields(">")
             self.expect(">")
-            return
+            return _struct(members)
         self.index -= 1
         raise self.error(f"unknown type {value!r} (known: {', '.join(KNOWN)})")
 
 
-def field_names(ddl: str) -> list[str]:
-    """The top-level field names of a Spark DDL field list; raises ConfigError (no path or
-    key: the caller adds them) when Spark would refuse it."""
+def _struct(members: list[_Field]) -> pa.DataType | None:
+    if any(m.type is None or m.comment for m in members):
+        return None
+    return pa.struct([pa.field(m.name, m.type, nullable=m.nullable) for m in members])
+
+
+def _fields(ddl: str) -> list[_Field]:
     parser = _Parser(ddl)
     if not parser.tokens:
         raise ConfigError("not a Spark DDL schema: it is empty; expected 'name TYPE, ...'")
@@ -219,6 +275,22 @@ def field_names(ddl: str) -> list[str]:
     if rest is not None:
         raise parser.error(f"unexpected {rest[1]!r}")
     return names
+
+
+def field_names(ddl: str) -> list[str]:
+    """The top-level field names of a Spark DDL field list; raises ConfigError (no path or
+    key: the caller adds them) when Spark would refuse it."""
+    return [member.name for member in _fields(ddl)]
+
+
+def arrow_schema(ddl: str) -> pa.Schema | None:
+    """The Arrow schema Spark makes of ``ddl`` (UTC timestamps), or None when the field
+    list holds a type whose Arrow form is not claimed here (then Spark must parse it);
+    raises ConfigError as ``check_ddl``."""
+    members = _fields(ddl)
+    if any(m.type is None or m.comment for m in members):
+        return None
+    return pa.schema([pa.field(m.name, m.type, nullable=m.nullable) for m in members])
 
 
 def check_ddl(ddl: str) -> None:

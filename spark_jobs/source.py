@@ -24,25 +24,31 @@ overwrites its own files.
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import json
-import pickle
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from ingest.handoff import read_segment
 from ingest.sink.files import write_data_files
-from ingest.sink.storage import TableLocation
-from spark_jobs.decode import DecodeSpec, decode, drop_through, spark_records
+from spark_jobs.plan import (
+    FILES_SCHEMA,
+    KIND_DATA,
+    KIND_DEAD,
+    ReadPlan,
+    SegmentTask,
+    dead_letter_name,
+    decode_plan,
+    encode_plan,
+    files_task,
+    read_task,
+)
 
 __all__ = [
     "FILES_SCHEMA",
+    "KIND_DATA",
+    "KIND_DEAD",
     "ReadPlan",
     "SegmentSource",
     "SegmentTask",
@@ -50,70 +56,8 @@ __all__ = [
     "decode_plan",
     "encode_plan",
     "files_task",
+    "read_task",
 ]
-
-FILES_SCHEMA = "kind string, file string"
-KIND_DATA = "data"
-KIND_DEAD = "dead"
-
-
-@dataclass(frozen=True)
-class SegmentTask:
-    """Consecutive segments of one partition, and the offsets of it already landed."""
-
-    uris: tuple[str, ...]
-    topic: str
-    partition: int
-    skip_through: int | None  # the table's txn version
-    dead_skip_through: int | None  # the dead-letter table's txn version
-    rows: tuple[int, int] | None = None  # a row range of the segments' records; None: all
-
-    def __post_init__(self) -> None:
-        # A lone URI would be read as its characters: "/" first, a directory.
-        if isinstance(self.uris, str):
-            raise TypeError(f"SegmentTask.uris is a tuple of segment URIs, got {self.uris!r}")
-
-
-@dataclass(frozen=True)
-class ReadPlan:
-    mode: str  # "records" or "files"
-    token: str
-    tasks: tuple[SegmentTask, ...]
-    spec: DecodeSpec
-    table: TableLocation
-    dead: TableLocation
-    partition_by: tuple[str, ...] = ()
-    prefix: str = ""  # where data files go inside the table location
-    segment_options: Mapping[str, Any] = field(default_factory=dict)
-    ingest_time: dt.datetime | None = None
-
-
-def encode_plan(plan: ReadPlan) -> str:
-    return base64.b64encode(pickle.dumps(plan)).decode()
-
-
-def decode_plan(text: str) -> ReadPlan:
-    plan = pickle.loads(base64.b64decode(text))
-    assert isinstance(plan, ReadPlan)
-    return plan
-
-
-def dead_letter_name(token: str, index: int) -> str:
-    """Base name of the dead letters a records-mode task writes (``-0.parquet`` follows)."""
-    return f"part-{token}-{index:05d}-dead"
-
-
-def read_task(plan: ReadPlan, index: int) -> tuple[pa.Table, pa.Table]:
-    """(rows, dead letters) of one task's segments, filtered and decoded."""
-    task = plan.tasks[index]
-    segments = [read_segment(uri, storage_options=plan.segment_options) for uri in task.uris]
-    segment = segments[0] if len(segments) == 1 else pa.concat_tables(segments)
-    if task.rows is not None:
-        segment = segment.slice(task.rows[0], task.rows[1] - task.rows[0])
-    records = drop_through(spark_records(segment), task.skip_through)
-    decoded = decode(records, plan.spec, ingest_time=plan.ingest_time)
-    dead = drop_through(decoded.dead, task.dead_skip_through)
-    return decoded.rows, dead
 
 
 class SegmentSource(DataSource):
@@ -151,20 +95,3 @@ class SegmentReader(DataSourceReader):
         rows, dead = read_task(plan, index)
         write_data_files(dead, plan.dead, name=dead_letter_name(plan.token, index))
         yield from rows.to_batches(max_chunksize=64 * 1024)
-
-
-def files_task(plan: ReadPlan, index: int) -> list[tuple[str, str]]:
-    """One task of a ``files`` plan: its rows and dead letters written as Parquet,
-    described as (kind, DataFile JSON) pairs. Run as an RDD task by the job (the rows
-    never enter the JVM, so no SQL planning is needed), or through the data source."""
-    if not plan.tasks[index].uris:
-        return []
-    rows, dead = read_task(plan, index)
-    name = f"part-{plan.token}-{index:05d}"
-    files = write_data_files(
-        rows, plan.table, name=name, partition_by=plan.partition_by, prefix=plan.prefix
-    )
-    dead_files = write_data_files(dead, plan.dead, name=f"{name}-dead")
-    return [(KIND_DATA, f.to_json()) for f in files] + [
-        (KIND_DEAD, f.to_json()) for f in dead_files
-    ]

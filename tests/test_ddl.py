@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ingest.ddl import check_ddl, field_names
+from ingest.ddl import arrow_schema, check_ddl, field_names
 from ingest.errors import ConfigError
 
 ACCEPTED = [
@@ -63,3 +63,40 @@ def test_the_verdicts_agree_with_sparks_parser(spark: Any) -> None:
     for ddl, _, _ in REFUSED:
         with pytest.raises(Exception):  # noqa: B017 - Spark raises its own parse errors
             StructType.fromDDL(ddl)
+
+
+# Field lists whose Arrow form ingest/ddl.py claims, and those it leaves to Spark (None).
+ARROW = [
+    *(ddl for ddl, _ in ACCEPTED[:4]),
+    "`odd name` TIMESTAMP_NTZ NOT NULL, t TIMESTAMP, l TIMESTAMP_LTZ, v VOID",
+    "a ARRAY<ARRAY<DECIMAL>>, m MAP<BIGINT, ARRAY<STRUCT<x: DATE NOT NULL>>>",
+    "c TINYINT, d SMALLINT, e FLOAT, f DOUBLE, g REAL, h BYTE, i SHORT, j LONG, k INTEGER",
+    "a INTERVAL DAY TO SECOND, b INTERVAL HOUR, c BINARY, d BOOLEAN",
+]
+NOT_CLAIMED = [
+    "a VARCHAR(10)",
+    "b CHAR(2), c INT",
+    "a INT COMMENT 'the key'",
+    "s STRUCT<a: INT COMMENT 'x'>",
+    "b INTERVAL YEAR TO MONTH",
+    "v VARIANT",
+]
+
+
+def test_the_arrow_form_is_claimed_only_where_it_is_known() -> None:
+    for ddl in ARROW:
+        assert arrow_schema(ddl) is not None, ddl
+    for ddl in NOT_CLAIMED:
+        assert arrow_schema(ddl) is None, ddl
+
+
+@pytest.mark.spark
+def test_the_arrow_schema_is_the_one_spark_makes(spark: Any) -> None:
+    # The local engine decodes JSON into this schema without a JVM; Spark's conversion,
+    # as the job's decode_spec runs it, is the reference.
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    for ddl in ARROW:
+        expected = to_arrow_schema(StructType.fromDDL(ddl), timezone="UTC")
+        assert arrow_schema(ddl) == expected, ddl

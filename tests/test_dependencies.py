@@ -18,6 +18,8 @@ USED_AS = {
     "pyarrow": r"^\s*(import|from) pyarrow\b",
     "numpy": r"^\s*(import|from) numpy\b",
     "pyspark": r"^\s*(import|from) pyspark\b",
+    # Its version names Delta's jar (ingest/spark_env.py); its Python API drives Delta Spark.
+    "delta-spark": r'importlib\.metadata\.version\("delta-spark"\)',
     "deltalake": r"^\s*(import|from) deltalake\b",
     "orjson": r"^\s*(import|from) orjson\b",
     "pandas": r"\.mapInArrow\(",  # pyspark requires pandas for mapInArrow

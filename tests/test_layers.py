@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "ddl", "client"},
     "worker": {"errors", "logs", "protocol", "client", "handoff"},
     "sink": {"errors", "faults", "protocol", "handoff"},
-    "spark_jobs": {"errors", "faults", "protocol", "handoff", "sink"},
+    "spark_jobs": {"errors", "faults", "processes", "ddl", "protocol", "handoff", "sink"},
     "testing": {
         "errors",
         "faults",

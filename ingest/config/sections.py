@@ -159,6 +159,9 @@ class SparkSection:
     # A class-data-sharing archive of the driver JVM's classes, kept in the user's cache
     # (~115 MB): the first run records it, later runs start their JVM in about half the time.
     class_data_sharing: bool = True
+    # Where batches without a transform run on a local master: "auto" and "local" in a
+    # pool of local processes without a JVM (spark_jobs/local.py); "spark" on Spark.
+    engine: Literal["auto", "spark", "local"] = "auto"
 
 
 @dataclass(frozen=True)

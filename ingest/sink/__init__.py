@@ -15,15 +15,50 @@ overwrite's cut, the re-filter), ``schema.py`` (additive schema evolution),
 keyed by ``Partition`` (``ingest.protocol.partition``, re-exported).
 """
 
-from ingest.protocol.partition import Partition
-from ingest.sink.config import TableConfig
-from ingest.sink.deadletter import DEAD_LETTER_SCHEMA
-from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
-from ingest.sink.files import DataFile, Source, write_data_files
-from ingest.sink.land import Batch, BatchResult, FileWriter, land
-from ingest.sink.merge import upsert
-from ingest.sink.storage import TableLocation
-from ingest.sink.txn import app_id
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ingest.protocol.partition import Partition
+    from ingest.sink.config import TableConfig
+    from ingest.sink.deadletter import DEAD_LETTER_SCHEMA
+    from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
+    from ingest.sink.files import DataFile, Source, write_data_files
+    from ingest.sink.land import Batch, BatchResult, FileWriter
+    from ingest.sink.merge import upsert
+    from ingest.sink.storage import TableLocation
+    from ingest.sink.txn import app_id
+
+# (``land``, the function, is ``ingest.sink.land.land``: the package's ``land`` is the module.)
+# Imported on first use: a Spark or local-engine task needs files.py and storage.py only,
+# not merge.py's pyarrow.dataset (and pandas behind it): 0.3 s of every task process's start.
+_EXPORTS = {
+    "Batch": "ingest.sink.land",
+    "BatchResult": "ingest.sink.land",
+    "CommitOutcome": "ingest.sink.delta",
+    "DEAD_LETTER_SCHEMA": "ingest.sink.deadletter",
+    "DataFile": "ingest.sink.files",
+    "DeltaTarget": "ingest.sink.delta",
+    "FileWriter": "ingest.sink.land",
+    "Partition": "ingest.protocol.partition",
+    "Source": "ingest.sink.files",
+    "StaleBatchError": "ingest.sink.delta",
+    "TableConfig": "ingest.sink.config",
+    "TableLocation": "ingest.sink.storage",
+    "app_id": "ingest.sink.txn",
+    "upsert": "ingest.sink.merge",
+    "write_data_files": "ingest.sink.files",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ingest.sink' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
@@ -39,7 +74,6 @@ __all__ = [
     "TableConfig",
     "TableLocation",
     "app_id",
-    "land",
     "upsert",
     "write_data_files",
 ]

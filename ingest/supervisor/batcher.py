@@ -73,7 +73,7 @@ class Batcher:
 
     def start(self, states: Mapping[Partition, PartitionState], *, overwrite: bool) -> None:
         """Starts a batch of what is pending, on its own thread."""
-        from spark_jobs.job import Batch, run_batch
+        from spark_jobs.job import Batch
 
         trigger = self.trigger
         selection = select(
@@ -92,7 +92,7 @@ class Batcher:
         spark = self.spark
 
         def work() -> Any:
-            return run_batch(spark.get(), batch)
+            return spark.land(batch)
 
         self.count += 1
         incarnations = {p: states[p].incarnation for p in selection.items}

@@ -122,6 +122,7 @@ class Engine:
             spark,
             transform=bool(config.table.transform),
             storage_options=config.table_storage_options(),
+            table=self.table,
         )
         self.metrics = metrics or Metrics()
         self.states: dict[Partition, PartitionState] = {}

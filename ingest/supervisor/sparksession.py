@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from ingest.config import SparkSection
-from ingest.errors import SinkError, SparkStartError
+from ingest.errors import ConfigError, SinkError, SparkStartError
 from ingest.processes import pid_alive
+from ingest.sink.config import TableConfig
+from ingest.sink.land import Batch, BatchResult
 from ingest.spark_env import session_settings
 from ingest.supervisor.jvmlog import JvmOutputRelay
 
@@ -256,8 +259,21 @@ def drain_jvm_output(timeout: float = JVM_OUTPUT_WAIT) -> None:
         _relay.drain(timeout)
 
 
+def local_cores(master: str) -> int | None:
+    """The cores of a ``local``/``local[N]``/``local[*]``/``local[N,F]`` master; None for
+    any other (a cluster: the local engine does not apply)."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    return os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
+
+
 class SparkProvider:
-    """One session, given (tests) or started on a background thread (``warm``)."""
+    """One session, given (tests) or started on a background thread (``warm``); or, for
+    a table without a transform on a local master (``[spark] engine``), the local engine's
+    task pool instead (``spark_jobs/local.py``): no JVM at all."""
 
     def __init__(
         self,
@@ -266,9 +282,13 @@ class SparkProvider:
         *,
         transform: bool = False,
         storage_options: dict[str, str] | None = None,
+        table: TableConfig | None = None,
     ) -> None:
         self.section = section
         self.storage_options = dict(storage_options or {})
+        self.local: LocalEngine | None = None
+        if session is None and table is not None:
+            self.local = LocalEngine.choose(section, table)
         self.transform = transform  # batches will go through Spark SQL (the data source)
         self._session = session
         self._error: BaseException | None = None
@@ -285,8 +305,19 @@ class SparkProvider:
     def started(self) -> bool:
         return self._session is not None or self._thread is not None
 
+    def land(self, batch: Batch) -> BatchResult:
+        """Lands ``batch`` on the local engine, or through the Spark job."""
+        if self.local is not None:
+            return self.local.land(batch)
+        from spark_jobs.job import run_batch
+
+        return run_batch(self.get(), batch)
+
     def warm(self) -> None:
-        """Starts the session in the background (once)."""
+        """Starts the session (or the local engine's pool) in the background (once)."""
+        if self.local is not None:
+            self.local.warm()
+            return
         if self._session is not None or self._thread is not None:
             return
         self._thread = threading.Thread(target=self._start, name="ingest-spark-start", daemon=True)
@@ -327,6 +358,8 @@ class SparkProvider:
     @property
     def starting(self) -> bool:
         """The session (and its warm-up) is on its way up and has not failed."""
+        if self.local is not None:
+            return self.local.starting
         # The thread sets the session, or the error, as its last step.
         return self._thread is not None and self._thread.is_alive()
 
@@ -348,6 +381,9 @@ class SparkProvider:
 
     def stop(self) -> None:
         """Stops a session this provider started (a given one belongs to the caller)."""
+        if self.local is not None:
+            self.local.stop()
+            return
         recording = self._archive is not None and self._archive.recording is not None
         if self.leave_jvm_at_exit and not recording:
             return
@@ -359,3 +395,73 @@ class SparkProvider:
             self._session = None
             if self._archive is not None:
                 self._archive.finish()
+
+
+class LocalEngine:
+    """The local engine's pool, warmed on a background thread like a session."""
+
+    def __init__(self, cores: int, spec: Any) -> None:
+        from spark_jobs.local import LocalTasks
+
+        self.tasks = LocalTasks(cores)
+        self.spec = spec
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def choose(cls, section: SparkSection, table: TableConfig) -> LocalEngine | None:
+        """The local engine when ``[spark] engine`` and the table allow it."""
+        if section.engine == "spark":
+            return None
+        from ingest.worker.process import preload_in_fork_server
+        from spark_jobs.local import TASK_MODULES, local_decode_spec
+
+        cores = local_cores(section.master)
+        spec = local_decode_spec(table)
+        if cores is not None and spec is not None:
+            preload_in_fork_server(*TASK_MODULES)
+            log.info("batches run on the local engine (%d task processes, no JVM)", cores)
+            return cls(cores, spec)
+        if section.engine == "local":
+            why = (
+                f"spark.master {section.master!r} is not local"
+                if cores is None
+                else "the table has a transform"
+                if table.transform
+                else "its value schema has a type only Spark can read into Arrow"
+            )
+            raise ConfigError(f'engine "local" cannot run this table: {why}', key="spark.engine")
+        return None
+
+    @property
+    def starting(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def warm(self) -> None:
+        if self._thread is not None:
+            return
+
+        def start() -> None:
+            try:
+                log.info(
+                    "local engine: %d task processes up in %.1fs",
+                    self.tasks.cores,
+                    self.tasks.warm(),
+                )
+            except Exception as exc:  # the first batch meets the cause, with its context
+                log.warning("local engine warm-up failed: %s", exc)
+
+        self._thread = threading.Thread(target=start, name="ingest-local-start", daemon=True)
+        self._thread.start()
+
+    def land(self, batch: Batch) -> BatchResult:
+        from ingest.sink.land import land
+        from spark_jobs.local import LocalFiles
+
+        if self._thread is not None:
+            self._thread.join()
+        return land(batch, LocalFiles(self.tasks, self.spec))
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        self.tasks.stop()

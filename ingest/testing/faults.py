@@ -34,6 +34,8 @@ from ingest.faults import FAULT_POINT_ENV, FAULT_POINTS, fault_point, fault_poin
 
 # ingest.worker.process.WORKER_PROCESS_NAME (this package does not import the worker).
 WORKER_PROCESS_NAME = "ingest-worker"
+# spark_jobs.local.TASK_PROCESS_NAME: a local-engine task process.
+TASK_PROCESS_NAME = "ingest-task"
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,12 @@ class ProcessInfo:
 
     @property
     def kind(self) -> str:
-        """``jvm``, ``worker`` (a partition worker), ``python`` or ``other``."""
+        """``jvm``, ``worker`` (a partition worker), ``task`` (a local-engine task process),
+        ``python`` or ``other``."""
         if "java" in self.cmdline.split(" ", 1)[0] or "org.apache.spark" in self.cmdline:
             return "jvm"
+        if self.name == TASK_PROCESS_NAME:
+            return "task"
         # Workers fork from a fork server and keep its command line; they rename themselves.
         if self.name == WORKER_PROCESS_NAME or "spawn_main" in self.cmdline:
             return "worker"

@@ -382,10 +382,20 @@ class WorkerHandle:
                 connection.close()
 
 
+# Modules the fork server imports besides this one (the local engine's task modules).
+_PRELOAD: list[str] = []
+
+
+def preload_in_fork_server(*modules: str) -> None:
+    """Has the fork server import ``modules`` too, if it has not started yet: the
+    processes forked from it for other jobs (the local engine's tasks) start with them."""
+    _PRELOAD.extend(m for m in modules if m not in _PRELOAD)
+
+
 def _context() -> Any:
     context = multiprocessing.get_context("forkserver")
     # The server imports the worker's modules once; every fork inherits them.
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([__name__, *_PRELOAD])
     return context
 
 

@@ -25,7 +25,13 @@ from tests.chaos.cluster_cases import leader_election, leader_kill, node_pause, 
 from tests.chaos.coordinator_cases import coordinator_kill_commit, coordinator_kill_rebalance
 from tests.chaos.handoff_cases import handoff_full, handoff_unwritable
 from tests.chaos.pieces import ChaosEnv, Outcome
-from tests.chaos.process_cases import kill_between_commits, kill_spark, kill_supervisor, kill_worker
+from tests.chaos.process_cases import (
+    kill_between_commits,
+    kill_spark,
+    kill_supervisor,
+    kill_task,
+    kill_worker,
+)
 from tests.chaos.writer_cases import concurrent_writer, rival_commits
 
 __all__ = ["CASES", "ChaosEnv", "Outcome"]
@@ -34,6 +40,7 @@ CASES: dict[str, Callable[[ChaosEnv, int], Outcome]] = {
     "kill-worker": kill_worker,
     "kill-supervisor": kill_supervisor,
     "kill-spark": kill_spark,
+    "kill-task": kill_task,
     "kill-between-commits": kill_between_commits,
     "broker-kill": broker_kill,
     "broker-pause": broker_pause,

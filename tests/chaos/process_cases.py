@@ -51,7 +51,9 @@ def end_offsets(setup: Setup) -> dict[int, int]:
 def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
     rng = random.Random(f"{name}:{seed}")
     started = time.monotonic()
-    setup = prepare(env, rng, name)
+    # Without a transform, batches would run on the local engine, with no JVM to kill.
+    sections = {"spark": {"engine": "spark"}} if pick == "jvm" else None
+    setup = prepare(env, rng, name, sections=sections)
     when = moment(rng)
     outcome = Outcome(name, seed, f"SIGKILL {pick} at {when[0]} #{when[1]} +{when[2]}s")
     # Continuous mode, with records arriving while it runs: workers stay alive.
@@ -75,16 +77,17 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
                 raise CaseFailed("no live worker at the fault moment")
             chosen = [rng.choice(victims)]
             log_ends = end_offsets(setup)
-        elif pick == "jvm":
-            # Spark starts in the background on first need: at an early moment its JVM
-            # may still be launching (spark-submit), so the kill waits for it to be up.
+        elif pick in ("jvm", "task"):
+            # Spark (or the local engine's pool) starts in the background on first need: at
+            # an early moment it may still be launching, so the kill waits for it to be up.
             deadline = time.monotonic() + 60
-            chosen = [p for p in tree if p.kind == "jvm"]
+            chosen = [p for p in tree if p.kind == pick]
             while not chosen and time.monotonic() < deadline and run.process.poll() is None:
                 time.sleep(0.2)
-                chosen = [p for p in run.tree() if p.kind == "jvm"]
+                chosen = [p for p in run.tree() if p.kind == pick]
             if not chosen:
-                raise CaseFailed("no Spark JVM within 60 s of the fault moment")
+                raise CaseFailed(f"no {pick} process within 60 s of the fault moment")
+            chosen = [rng.choice(chosen)]
         else:  # the supervisor with every process it started
             chosen = tree
         kill(chosen)
@@ -95,8 +98,8 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
             if landed >= setup.produced:
                 outcome.problems.append("the kill came after every record had landed")
         producer.stop()
-        if pick == "jvm":
-            produce_rounds(setup, 2_000)  # so that a batch must meet the dead JVM
+        if pick in ("jvm", "task"):
+            produce_rounds(setup, 2_000)  # so that a batch must meet the dead process
         continuous_until_landed(run, setup, outcome)
     finally:
         if producer is not None:
@@ -108,6 +111,14 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
             outcome.problems.append(f"processes outlived the kill: {left}")
     if pick == "jvm":
         _check_jvm_death_told(run, outcome)
+    if pick == "task":
+        # The pool is broken only for the batch that meets it: retried on a new pool.
+        failed = run.count("batch_failed")
+        outcome.notes.append(f"batch_failed logged {failed}x")
+        if not failed:
+            outcome.problems.append("no batch met the broken pool (the kill went unseen)")
+        if outcome.exit_codes and outcome.exit_codes[0] not in (0, None):
+            outcome.problems.append(f"the run exited {outcome.exit_codes[0]} after a task died")
     if pick == "worker":
         crashed = run.count("worker_crashed")
         outcome.notes.append(f"worker_crashed logged {crashed}x")
@@ -171,6 +182,12 @@ def kill_supervisor(env: ChaosEnv, seed: int) -> Outcome:
 def kill_spark(env: ChaosEnv, seed: int) -> Outcome:
     """SIGKILL the Spark JVM under the supervisor; it fails clearly, a rerun ends exact."""
     return _kill_case(env, "kill-spark", seed, "jvm")
+
+
+def kill_task(env: ChaosEnv, seed: int) -> Outcome:
+    """SIGKILL a task process of the local engine (no JVM): the batch that meets the broken
+    pool fails, is retried on a new pool, and the run ends exact without a rerun."""
+    return _kill_case(env, "kill-task", seed, "task")
 
 
 def kill_between_commits(env: ChaosEnv, seed: int) -> Outcome:

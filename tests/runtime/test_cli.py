@@ -222,9 +222,9 @@ def test_a_json_log_is_json_throughout_workers_and_spark_included(
 ) -> None:
     """The supervisor's stderr carries its own lines, its workers' and its Spark JVM's
     (log4j's and the JVM's own words): with format = "json" each is one JSON object."""
-    path = topic_and_config(
-        broker, topic, group, tmp_path, 2000, sections={"logging": {"format": "json"}}
-    )
+    # On Spark (not the local engine, which starts no JVM), so the JVM's lines are there.
+    sections = {"logging": {"format": "json"}, "spark": {"engine": "spark"}}
+    path = topic_and_config(broker, topic, group, tmp_path, 2000, sections=sections)
     cli = Cli(["run", "-c", str(path), "--until-end"], tmp_path / "run.log")
     try:
         assert cli.wait(180) == 0, cli.text()[-3000:]

@@ -1,0 +1,158 @@
+"""The local engine (spark_jobs/local.py): batches without a transform on a local master land
+through a pool of task processes, with no JVM, by the same landing protocol as on Spark.
+
+The choice is a table (``LocalEngine.choose``); a run on it is exact, dead letters included;
+a task process that dies fails one batch, which lands on a new pool.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from ingest.config import SparkSection
+from ingest.errors import ConfigError
+from ingest.sink.config import TableConfig
+from ingest.supervisor.group_run import group_run
+from ingest.supervisor.metrics import Metrics
+from ingest.supervisor.sparksession import SparkProvider, local_cores
+from ingest.testing import (
+    KafkaCluster,
+    ProducedRecord,
+    create_topic,
+    produce,
+    unique_name,
+    verify_exact,
+)
+from ingest.testing.faults import process_tree
+from tests.runtime.support import config, write_config
+
+JSON = "id BIGINT, name STRING, at TIMESTAMP"
+
+
+def table(**changes: object) -> TableConfig:
+    values: dict[str, object] = {
+        "uri": "/tmp/t",
+        "group": "g",
+        "value_format": "json",
+        "value_schema": JSON,
+    }
+    values.update(changes)
+    return TableConfig(**values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("engine", "master", "changes", "local"),
+    [
+        ("auto", "local[2]", {}, True),
+        ("auto", "local[*]", {"value_format": "binary", "value_schema": None}, True),
+        ("local", "local", {}, True),
+        ("auto", "local[2]", {"transform": "SELECT * FROM batch"}, False),
+        ("auto", "local[2]", {"value_schema": "id BIGINT, code CHAR(3)"}, False),
+        ("auto", "local-cluster[2,1,1024]", {}, False),
+        ("auto", "spark://master:7077", {}, False),
+        ("spark", "local[2]", {}, False),
+    ],
+)
+def test_where_batches_run(
+    engine: str, master: str, changes: dict[str, object], local: bool
+) -> None:
+    section = SparkSection(master=master, engine=engine)  # type: ignore[arg-type]
+    provider = SparkProvider(section, table=table(**changes))
+    assert (provider.local is not None) is local
+    # A session given (tests, the chaos reruns) is always used.
+    assert SparkProvider(section, session=object(), table=table(**changes)).local is None
+
+
+@pytest.mark.parametrize(
+    ("master", "changes", "why"),
+    [
+        ("local[2]", {"transform": "SELECT * FROM batch"}, "the table has a transform"),
+        ("spark://m:7077", {}, "spark.master 'spark://m:7077' is not local"),
+        ("local[2]", {"value_schema": "v VARIANT"}, "a type only Spark can read into Arrow"),
+    ],
+)
+def test_engine_local_refuses_what_it_cannot_run(
+    master: str, changes: dict[str, object], why: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        SparkProvider(SparkSection(master=master, engine="local"), table=table(**changes))
+    assert why in str(info.value) and "spark.engine" in str(info.value)
+
+
+def test_local_master_cores() -> None:
+    assert local_cores("local") == 1
+    assert local_cores("local[3]") == 3
+    assert local_cores("local[4, 2]") == 4
+    assert local_cores("local[*]") == (os.cpu_count() or 1)
+    assert local_cores("spark://h:7077") is None
+    assert local_cores("local-cluster[2,1,1024]") is None
+
+
+def produce_events(bootstrap: str, topic: str, count: int) -> None:
+    records = [
+        ProducedRecord(
+            b'{"id": %d, "name": "n%d", "at": "2026-11-24T10:00:00Z"}' % (n, n)
+            if n % 97
+            else b"{not json",  # a dead letter
+            partition=n % 4,
+        )
+        for n in range(count)
+    ]
+    produce(bootstrap, topic, records)
+
+
+def write(tmp_path: Path, broker: KafkaCluster, topic: str, group: str) -> Path:
+    return write_config(
+        tmp_path / "local.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=group,
+        table=tmp_path / "table",
+        sections={"table.value": {"format": "json", "schema": JSON}},
+    )
+
+
+def test_an_until_end_run_lands_on_the_local_engine_without_a_jvm(
+    broker: KafkaCluster, tmp_path: Path
+) -> None:
+    topic, group = unique_name("t-local"), unique_name("g-local")
+    create_topic(broker.bootstrap, topic, partitions=4)
+    produce_events(broker.bootstrap, topic, 4_000)
+    cfg = config(write(tmp_path, broker, topic, group))
+    engine = group_run(cfg, until_end=True)
+    assert engine.spark.local is not None
+    outcome = engine.run()
+    assert outcome.exit_code == 0, outcome.message
+    assert not engine.spark.started  # no Spark session, so no JVM, was ever started
+    verdict = verify_exact(
+        broker.bootstrap, topic, group, cfg.table.uri, dead_letter_uri=cfg.dead_letter_uri()
+    )
+    verdict.raise_if_not_exact()
+    assert verdict.dead_letters == len(range(0, 4_000, 97))
+
+
+def test_a_dead_task_process_fails_one_batch_and_a_new_pool_lands_it(
+    broker: KafkaCluster, tmp_path: Path
+) -> None:
+    topic, group = unique_name("t-local-kill"), unique_name("g-local-kill")
+    create_topic(broker.bootstrap, topic, partitions=4)
+    produce_events(broker.bootstrap, topic, 2_000)
+    cfg = config(write(tmp_path, broker, topic, group))
+    metrics = Metrics()
+    engine = group_run(cfg, until_end=True, metrics=metrics)
+    assert engine.spark.local is not None
+    engine.spark.local.tasks.warm()
+    tasks = [p for p in process_tree(os.getpid()) if p.kind == "task"]
+    assert len(tasks) == engine.spark.local.tasks.cores, tasks
+    os.kill(tasks[0].pid, signal.SIGKILL)
+    outcome = engine.run()
+    assert outcome.exit_code == 0, outcome.message
+    verify_exact(
+        broker.bootstrap, topic, group, cfg.table.uri, dead_letter_uri=cfg.dead_letter_uri()
+    ).raise_if_not_exact()
+    text = metrics.render()
+    assert 'ingest_batches_total{outcome="failed"} 1' in text, text
