@@ -484,7 +484,7 @@ class GroupSource:
         status = member.status
         for api_key, count in member.requests_sent_by_api().items():
             name = API_NAMES.get(api_key, str(api_key))
-            self.engine.metrics.set("ingest_group_requests_total", count, api=name)
+            self.engine.metrics.advance_to("ingest_group_requests_total", count, api=name)
         return {
             "group": self.group.group_id,
             "member_id": status.member_id,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from ingest.errors import ConfigError
 from ingest.group import Partition
@@ -132,12 +133,25 @@ def test_a_process_context_goes_on_every_line_after_the_logger() -> None:
     assert document["partition"] == 3 and document["pid"] == 77
 
 
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition, by name and sorted labels (prometheus_client's parser)."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
     metrics = Metrics()
+    metrics.partition_assigned("t", 0)
+    baseline = _samples(metrics.render())
     metrics.inc("ingest_records_consumed_total", 5, topic="t", partition=0)
     metrics.inc("ingest_records_consumed_total", 7, topic="t", partition=0)
     metrics.observe("ingest_batch_stage_seconds", 0.5, stage="spark")
     metrics.observe("ingest_batch_stage_seconds", 1.5, stage="spark")
+    metrics.advance_to("ingest_group_requests_total", 3, api="Heartbeat")
+    metrics.advance_to("ingest_group_requests_total", 2, api="Heartbeat")  # never goes back
     scraped: list[int] = []
 
     def collect(into: Metrics) -> None:
@@ -154,17 +168,37 @@ def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
     try:
         base = f"http://{server.address}"
         text = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
-        again = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        urllib.request.urlopen(f"{base}/metrics", timeout=5).read()
         status = json.loads(urllib.request.urlopen(f"{base}/status", timeout=5).read())
     finally:
         server.close()
+    part = (("partition", "0"), ("topic", "t"))
+    # An assigned partition's series exist at zero before anything happened to it.
+    for name in (
+        "ingest_records_consumed_total",
+        "ingest_bytes_consumed_total",
+        "ingest_worker_restarts_total",
+        "ingest_partition_lag",
+        "ingest_partition_failed",
+    ):
+        assert baseline[(name, part)] == 0.0, name
+    assert baseline[("ingest_batches_total", (("outcome", "ok"),))] == 0.0
+    assert baseline[("ingest_batch_stage_seconds_count", (("stage", "commit"),))] == 0.0
+    samples = _samples(text)
+    assert samples[("ingest_records_consumed_total", part)] == 12
+    assert samples[("ingest_batch_stage_seconds_sum", (("stage", "spark"),))] == 2
+    assert samples[("ingest_batch_stage_seconds_count", (("stage", "spark"),))] == 2
+    # Histogram buckets: 0.5 falls in le=0.5, 1.5 in le=2.5.
+    assert samples[("ingest_batch_stage_seconds_bucket", (("le", "0.5"), ("stage", "spark")))] == 1
+    assert samples[("ingest_batch_stage_seconds_bucket", (("le", "2.5"), ("stage", "spark")))] == 2
+    assert samples[("ingest_group_requests_total", (("api", "Heartbeat"),))] == 3
+    assert samples[("ingest_partition_lag", part)] == 42
+    assert samples[("process_resident_memory_bytes", ())] > 0  # the process collector
     assert "# TYPE ingest_records_consumed_total counter" in text
-    assert 'ingest_records_consumed_total{partition="0",topic="t"} 12' in text
-    assert 'ingest_batch_stage_seconds_sum{stage="spark"} 2' in text
-    assert 'ingest_batch_stage_seconds_count{stage="spark"} 2' in text
-    assert 'ingest_partition_lag{partition="0",topic="t"} 42' in text
-    assert len(scraped) == 1 and again == text  # the collector's answer is cached
+    assert "# TYPE ingest_batch_stage_seconds histogram" in text
+    assert len(scraped) == 1  # the collector's answer is cached
     assert status == {"partitions": [{"partition": 0}]}
+    metrics.remove("ingest_partition_failed", topic="t", partition=9)  # never made: no error
 
 
 def test_progress_draws_a_bar_on_a_terminal_and_logs_events_elsewhere(
