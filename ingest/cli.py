@@ -70,6 +70,12 @@ def _stop_on_signals(engine: Any) -> Iterator[None]:
 
     def handler(signum: int, _frame: object) -> None:
         if received:
+            from ingest.supervisor.terminal import Terminal
+
+            terminal = Terminal.active()
+            if terminal is not None:
+                terminal.restore()  # the message goes to the terminal, below the bar
+                os.write(2, b"\n")
             os.write(2, b"ingest: second signal: exiting at once\n")
             os._exit(128 + signum)
         received.append(signum)
@@ -121,6 +127,26 @@ def _check_bootstrap(config: Any) -> None:
         ) from exc
 
 
+@contextlib.contextmanager
+def _progress(label: str) -> Iterator[Any]:
+    """On a terminal, a bar (``Progress`` on a ``Terminal``'s console), with everything
+    else the process and its children write printed above it; elsewhere ``None`` (the run
+    logs ``progress`` events)."""
+    from ingest.supervisor.terminal import Terminal, on_terminal
+
+    if not on_terminal():
+        yield None
+        return
+    from ingest.supervisor.progress import Progress
+
+    with Terminal() as terminal:
+        progress = Progress(label, console=terminal.console)
+        try:
+            yield progress
+        finally:
+            progress.close()
+
+
 def _finish(outcome: Any) -> int:
     if outcome.exit_code:
         from ingest.supervisor.sparksession import drain_jvm_output
@@ -142,10 +168,11 @@ def _run(args: argparse.Namespace) -> int:
     _check_bootstrap(config)
     from ingest.supervisor.group_run import group_run
 
-    engine = group_run(config, until_end=args.until_end)
-    engine.spark.leave_jvm_at_exit = True
-    with _stop_on_signals(engine):
-        outcome = engine.run()
+    with _progress("until-end") if args.until_end else contextlib.nullcontext() as progress:
+        engine = group_run(config, until_end=args.until_end, progress=progress)
+        engine.spark.leave_jvm_at_exit = True
+        with _stop_on_signals(engine):
+            outcome = engine.run()
     return _finish(outcome)
 
 
@@ -156,16 +183,18 @@ def _replay(args: argparse.Namespace) -> int:
     _check_bootstrap(config)
     from ingest.supervisor.replay import parse_partitions, parse_position, replay_run
 
-    engine = replay_run(
-        config,
-        start=parse_position(args.from_, "--from"),
-        end=parse_position(args.to, "--to") if args.to else None,
-        partitions=parse_partitions(args.partitions, config.source.topics),
-        overwrite=args.overwrite,
-    )
-    engine.spark.leave_jvm_at_exit = True
-    with _stop_on_signals(engine):
-        outcome = engine.run()
+    with _progress("replay") as progress:
+        engine = replay_run(
+            config,
+            start=parse_position(args.from_, "--from"),
+            end=parse_position(args.to, "--to") if args.to else None,
+            partitions=parse_partitions(args.partitions, config.source.topics),
+            overwrite=args.overwrite,
+            progress=progress,
+        )
+        engine.spark.leave_jvm_at_exit = True
+        with _stop_on_signals(engine):
+            outcome = engine.run()
     return _finish(outcome)
 
 
@@ -174,13 +203,17 @@ def _status(args: argparse.Namespace) -> int:
     if config is None:
         return 0
     _check_bootstrap(config)
-    from ingest.supervisor.status import collect_status, render_text
+    from ingest.supervisor.status import collect_status, print_table, render_text
 
     report = collect_status(config)
     if args.json:
         import json
 
         print(json.dumps(report, indent=2, default=str))
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        print_table(report, Console(highlight=False, markup=False, emoji=False))
     else:
         print(render_text(report), end="")
     return 0

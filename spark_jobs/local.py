@@ -48,6 +48,8 @@ __all__ = [
 # What a task process imports; the supervisor has the fork server import it too
 # (``ingest.worker.process.preload_in_fork_server``), so tasks start with it imported.
 TASK_MODULES = ("spark_jobs.task_process",)
+# How long each warm-up task holds its process, so every core gets one.
+WARM_HOLD_S = 0.1
 
 
 class LocalTaskError(SinkError):
@@ -96,8 +98,9 @@ class LocalTasks:
         """Starts every task process (each imports the task modules); seconds."""
         began = time.perf_counter()
         pool = self._executor()
-        pids = {future.result() for future in [pool.submit(ready) for _ in range(self.cores)]}
-        del pids
+        futures = [pool.submit(ready, WARM_HOLD_S) for _ in range(self.cores)]
+        for future in futures:
+            future.result()
         return time.perf_counter() - began
 
     def run(self, plan: ReadPlan) -> list[tuple[str, str]]:

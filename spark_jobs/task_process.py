@@ -29,7 +29,10 @@ def run_task(encoded: str, index: int) -> list[tuple[str, str]]:
     return files_task(decode_plan(encoded), index)
 
 
-def ready() -> int:
+def ready(hold: float) -> int:
+    """A warm-up task: busy for ``hold`` seconds, so the pool starts a process for each
+    of the warm-up tasks submitted meanwhile (it starts one only when none is idle)."""
+    time.sleep(hold)
     return os.getpid()
 
 

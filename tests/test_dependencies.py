@@ -23,6 +23,9 @@ USED_AS = {
     "deltalake": r"^\s*(import|from) deltalake\b",
     "orjson": r"^\s*(import|from) orjson\b",
     "pandas": r"\.mapInArrow\(",  # pyspark requires pandas for mapInArrow
+    "prometheus-client": r"^\s*(import|from) prometheus_client\b",
+    "rich": r"^\s*(import|from) rich\b",
+    "pyte": r"^\s*(import|from) pyte\b",
     "pytest": r"^\s*(import|from) pytest\b",
     "pytest-timeout": r"^timeout = ",  # pyproject's [tool.pytest.ini_options]
     "hypothesis": r"^\s*(import|from) hypothesis\b",

@@ -48,6 +48,7 @@ from ingest.supervisor.offsets import (
     txn_versions,
 )
 from ingest.supervisor.partitions import Change, PartitionState
+from ingest.supervisor.progress import Progress, range_done
 from ingest.supervisor.runtime import Engine
 from ingest.supervisor.settings import (
     member_config,
@@ -74,11 +75,13 @@ def group_run(
     until_end: bool = False,
     spark: Any | None = None,
     metrics: Metrics | None = None,
+    progress: Progress | None = None,
 ) -> Engine:
-    """The engine of ``ingest run [--until-end]``, fed by the consumer group."""
+    """The engine of ``ingest run [--until-end]``, fed by the consumer group; ``progress``
+    (``--until-end``) reports the records landed of those up to the ends."""
     return Engine(
         config,
-        lambda engine: GroupSource(engine, until_end=until_end),
+        lambda engine: GroupSource(engine, until_end=until_end, progress=progress),
         spark=spark,
         metrics=metrics,
         upkeep=config.maintenance.enabled,
@@ -94,8 +97,11 @@ class GroupSource:
 
     overwrite = False
 
-    def __init__(self, engine: Engine, *, until_end: bool = False) -> None:
+    def __init__(
+        self, engine: Engine, *, until_end: bool = False, progress: Progress | None = None
+    ) -> None:
         self.engine = engine
+        self.progress = progress or (Progress("until-end") if until_end else None)
         config = engine.config
         self.until_end = until_end
         self.mode = "run --until-end" if until_end else "run"
@@ -118,7 +124,15 @@ class GroupSource:
         """Nothing to check: the group's start offsets come from the group and the table."""
 
     def complete(self) -> RunOutcome:
+        self._show_progress(final=True)
         return self.engine.complete()
+
+    def _show_progress(self, final: bool = False) -> None:
+        if self.progress is None:
+            return
+        batch = self.engine.batch
+        in_batch = batch.partitions if batch is not None else frozenset()
+        self.progress.update(*range_done(self.engine.states.values(), in_batch), final=final)
 
     # -- the source: the group ---------------------------------------------------------
 
@@ -313,6 +327,7 @@ class GroupSource:
             )
 
     def after_step(self) -> None:
+        self._show_progress()
         self._process_revocations()
         if time.monotonic() >= self._commit_after:
             self._commit_owned()
@@ -484,7 +499,7 @@ class GroupSource:
         status = member.status
         for api_key, count in member.requests_sent_by_api().items():
             name = API_NAMES.get(api_key, str(api_key))
-            self.engine.metrics.set("ingest_group_requests_total", count, api=name)
+            self.engine.metrics.advance_to("ingest_group_requests_total", count, api=name)
         return {
             "group": self.group.group_id,
             "member_id": status.member_id,

@@ -1,124 +1,164 @@
-"""Prometheus metrics: a small thread-safe registry and its text endpoint.
+"""Prometheus metrics on ``prometheus_client``: the supervisor's registry and its endpoint.
 
-The supervisor's main thread updates counters and gauges; ``MetricsServer``
-(stdlib ``http.server`` on a daemon thread) serves ``/metrics`` in the
-Prometheus text format (0.0.4) and ``/status`` as JSON (the supervisor's view
-of each partition, failed ones included). Gauges that cost broker requests
+``Metrics`` holds a registry of its own (never the global one): the families of
+``METRICS``, and ``ProcessCollector``'s CPU, RSS and open fds of the supervisor.
+The main thread updates them by name. Every series labelled by partition starts at
+zero when the partition is assigned (``partition_assigned``), and the series of a
+fixed label set (batch outcomes, commit outcomes, batch stages) when the registry is
+made, so ``rate()`` and alerts have a baseline before the first batch. Batch stage
+times are histograms with buckets from 50 ms to 10 min.
+
+``MetricsServer`` serves ``/metrics`` (``prometheus_client``'s WSGI app) and
+``/status`` (JSON: the supervisor's view of each partition) on
+``prometheus_client``'s threading WSGI server. Gauges that cost broker requests
 (lag) are filled by a ``collector`` callback at scrape time, cached briefly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+    make_wsgi_app,
+)
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from ingest.errors import ConfigError
 
-__all__ = ["METRICS", "Metrics", "MetricsServer", "parse_listen"]
+__all__ = ["METRICS", "STAGES", "STAGE_BUCKETS", "Metrics", "MetricsServer", "parse_listen"]
 
 log = logging.getLogger("ingest.supervisor.metrics")
 
-Labels = tuple[tuple[str, str], ...]
+# The exposition keeps its families as before: no ``_created`` series beside the counters.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
-# name -> (type, help)
-METRICS: dict[str, tuple[str, str]] = {
-    "ingest_partition_lag": ("gauge", "End offset minus committed offset, per partition."),
-    "ingest_partition_end_offset": ("gauge", "End offset (Fetch high watermark) per partition."),
-    "ingest_partition_committed_offset": ("gauge", "Group committed offset per partition."),
-    "ingest_partition_durable_offset": ("gauge", "Delta txn version per partition."),
-    "ingest_partition_failed": ("gauge", "1 when the partition is stopped after repeated crashes."),
-    "ingest_partitions_assigned": ("gauge", "Partitions this supervisor owns."),
-    "ingest_records_consumed_total": ("counter", "Records in sealed segments, per partition."),
-    "ingest_bytes_consumed_total": ("counter", "Arrow bytes in sealed segments, per partition."),
-    "ingest_rows_written_total": ("counter", "Rows committed to the Delta table."),
-    "ingest_dead_letters_total": ("counter", "Rows committed to the dead-letter table."),
-    "ingest_batches_total": ("counter", "Spark batches, by outcome."),
-    "ingest_batch_stage_seconds": ("summary", "Time per batch stage (plan, spark, commit...)."),
-    "ingest_offset_commits_total": ("counter", "Kafka offset commits, by outcome."),
-    "ingest_rebalances_total": ("counter", "Assignments received from the group."),
-    "ingest_partitions_lost_total": ("counter", "Partitions lost with the membership."),
-    "ingest_worker_restarts_total": ("counter", "Worker restarts after a crash, per partition."),
-    "ingest_buffered_bytes": ("gauge", "Bytes of sealed segments not yet released."),
-    "ingest_group_requests_total": ("counter", "Requests sent to the group coordinator, per API."),
+PARTITION = ("topic", "partition")
+# The stages ``ingest.sink.land`` times (``BatchResult.stage_seconds``).
+STAGES = ("plan", "spark", "dead_letters", "commit")
+# Batches take seconds to minutes: 50 ms .. 10 min.
+STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+_KINDS: dict[str, type[Counter | Gauge | Histogram]] = {
+    "counter": Counter,
+    "gauge": Gauge,
+    "histogram": Histogram,
+}
+
+# name -> (type, help, labels)
+METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "ingest_partition_lag": (
+        "gauge", "End offset minus committed offset, per partition.", PARTITION),
+    "ingest_partition_end_offset": (
+        "gauge", "End offset (Fetch high watermark) per partition.", PARTITION),
+    "ingest_partition_committed_offset": (
+        "gauge", "Group committed offset per partition.", PARTITION),
+    "ingest_partition_durable_offset": ("gauge", "Delta txn version per partition.", PARTITION),
+    "ingest_partition_failed": (
+        "gauge", "1 when the partition is stopped after repeated crashes.", PARTITION),
+    "ingest_partitions_assigned": ("gauge", "Partitions this supervisor owns.", ()),
+    "ingest_records_consumed_total": (
+        "counter", "Records in sealed segments, per partition.", PARTITION),
+    "ingest_bytes_consumed_total": (
+        "counter", "Arrow bytes in sealed segments, per partition.", PARTITION),
+    "ingest_rows_written_total": ("counter", "Rows committed to the Delta table.", ()),
+    "ingest_dead_letters_total": ("counter", "Rows committed to the dead-letter table.", ()),
+    "ingest_batches_total": ("counter", "Spark batches, by outcome.", ("outcome",)),
+    "ingest_batch_stage_seconds": (
+        "histogram", "Time per batch stage (plan, spark, dead_letters, commit).", ("stage",)),
+    "ingest_offset_commits_total": ("counter", "Kafka offset commits, by outcome.", ("outcome",)),
+    "ingest_rebalances_total": ("counter", "Assignments received from the group.", ()),
+    "ingest_partitions_lost_total": ("counter", "Partitions lost with the membership.", ()),
+    "ingest_worker_restarts_total": (
+        "counter", "Worker restarts after a crash, per partition.", PARTITION),
+    "ingest_buffered_bytes": ("gauge", "Bytes of sealed segments not yet released.", ()),
+    "ingest_group_requests_total": (
+        "counter", "Requests sent to the group coordinator, per API.", ("api",)),
+}  # fmt: skip
+
+# Fixed label sets, exported at zero from the start.
+_BASELINE: dict[str, Iterable[str]] = {
+    "ingest_batches_total": ("ok", "failed"),
+    "ingest_offset_commits_total": ("ok", "failed"),
+    "ingest_batch_stage_seconds": STAGES,
 }
 
 
-def _key(labels: Mapping[str, object] | None) -> Labels:
-    return tuple(sorted((k, str(v)) for k, v in (labels or {}).items()))
-
-
 class Metrics:
-    """Counters, gauges and summaries (sum and count) by name and labels."""
+    """The supervisor's metrics, by name and labels, on a registry of its own."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values: dict[str, dict[Labels, float]] = {}
-        self._summaries: dict[str, dict[Labels, tuple[float, int]]] = {}
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        self._families: dict[str, Any] = {}
+        for name, (kind, text, labels) in METRICS.items():
+            options: dict[str, Any] = {"buckets": STAGE_BUCKETS} if kind == "histogram" else {}
+            self._families[name] = _KINDS[kind](
+                name, text, labels, registry=self.registry, **options
+            )
+        for name, values in _BASELINE.items():
+            for value in values:
+                self._families[name].labels(value)
+
+    def _series(self, name: str, labels: Mapping[str, object]) -> Any:
+        family = self._families[name]
+        return family.labels(**{k: str(v) for k, v in labels.items()}) if labels else family
+
+    def partition_assigned(self, topic: str, partition: int) -> None:
+        """Every series of the partition, at zero where it has no value yet."""
+        for name, (_kind, _text, labels) in METRICS.items():
+            if labels == PARTITION:
+                self._families[name].labels(topic=topic, partition=str(partition))
 
     def inc(self, name: str, amount: float = 1.0, **labels: object) -> None:
-        key = _key(labels)
-        with self._lock:
-            series = self._values.setdefault(name, {})
-            series[key] = series.get(key, 0.0) + amount
+        self._series(name, labels).inc(amount)
 
     def set(self, name: str, value: float, **labels: object) -> None:
-        with self._lock:
-            self._values.setdefault(name, {})[_key(labels)] = float(value)
+        self._series(name, labels).set(value)
+
+    def advance_to(self, name: str, total: float, **labels: object) -> None:
+        """A counter kept elsewhere (the membership's request counts): raised to ``total``."""
+        grown = total - self.value(name, **labels)
+        if grown > 0:
+            self.inc(name, grown, **labels)
 
     def remove(self, name: str, **labels: object) -> None:
-        with self._lock:
-            self._values.get(name, {}).pop(_key(labels), None)
+        values = [str(labels[label]) for label in METRICS[name][2]]
+        with contextlib.suppress(KeyError):  # a series never made
+            self._families[name].remove(*values)
 
     def observe(self, name: str, value: float, **labels: object) -> None:
-        key = _key(labels)
-        with self._lock:
-            series = self._summaries.setdefault(name, {})
-            total, count = series.get(key, (0.0, 0))
-            series[key] = (total + value, count + 1)
+        self._series(name, labels).observe(value)
 
     def value(self, name: str, **labels: object) -> float:
-        with self._lock:
-            return self._values.get(name, {}).get(_key(labels), 0.0)
+        found = self.registry.get_sample_value(name, {k: str(v) for k, v in labels.items()})
+        return 0.0 if found is None else found
 
     def total(self, name: str) -> float:
         """The sum over every label set (tests and summaries)."""
-        with self._lock:
-            return sum(self._values.get(name, {}).values())
+        return sum(
+            sample.value
+            for family in self.registry.collect()
+            for sample in family.samples
+            if sample.name == name
+        )
 
     def render(self) -> str:
-        lines: list[str] = []
-        with self._lock:
-            values = {n: dict(s) for n, s in self._values.items()}
-            summaries = {n: dict(s) for n, s in self._summaries.items()}
-        for name in sorted(set(values) | set(summaries)):
-            kind, text = METRICS.get(name, ("untyped", name))
-            lines.append(f"# HELP {name} {text}")
-            lines.append(f"# TYPE {name} {kind}")
-            for labels, value in sorted(values.get(name, {}).items()):
-                lines.append(f"{name}{_labels(labels)} {_number(value)}")
-            for labels, (total, count) in sorted(summaries.get(name, {}).items()):
-                lines.append(f"{name}_sum{_labels(labels)} {_number(total)}")
-                lines.append(f"{name}_count{_labels(labels)} {count}")
-        return "\n".join(lines) + "\n"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(value)
+        return generate_latest(self.registry).decode()
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -126,6 +166,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(f"expected host:port, got {text!r}", key="metrics.listen")
     return host.strip("[]"), int(port)
+
+
+class _Handler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics: " + format, *args)
 
 
 class MetricsServer:
@@ -147,34 +192,30 @@ class MetricsServer:
         self._collect_every = collect_every
         self._collected_at = float("-inf")
         self._collect_lock = threading.Lock()
-        server = self
+        exposition = make_wsgi_app(metrics.registry)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] == "/metrics":
-                    server._collect()
-                    body = metrics.render().encode()
-                    kind = "text/plain; version=0.0.4; charset=utf-8"
-                elif self.path.split("?")[0] == "/status" and server._status is not None:
-                    body = json.dumps(server._status(), default=str, indent=2).encode()
-                    kind = "application/json"
-                else:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("metrics: " + format, *args)
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                self._collect()
+                answer: Iterable[bytes] = exposition(environ, start_response)
+                return answer
+            if path == "/status" and self._status is not None:
+                body = json.dumps(self._status(), default=str, indent=2).encode()
+                start_response("200 OK", [("Content-Type", "application/json")])
+                return [body]
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: /metrics or /status\n"]
 
         try:
-            self._http = ThreadingHTTPServer((host, port), Handler)
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+
+            class Server(ThreadingWSGIServer):
+                address_family = family
+
+            self._http = make_server(host, port, app, Server, handler_class=_Handler)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {listen}: {exc}", key="metrics.listen") from exc
-        self._http.daemon_threads = True
         self.address = f"{host}:{self._http.server_address[1]}"
         self._thread = threading.Thread(
             target=self._http.serve_forever, name="ingest-metrics", daemon=True

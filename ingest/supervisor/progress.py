@@ -1,35 +1,29 @@
-"""Progress of a bounded run: a bar on a terminal, log events elsewhere.
+"""Progress of a bounded run (``ingest replay``, ``ingest run --until-end``).
 
-On a TTY one line is redrawn (``\\r``) at most a few times a second:
-``[#########...........]  412,000/1,000,000 records  95.3k/s  ETA 0:06``.
-Elsewhere (logs, pipes) a ``progress`` event is logged every ``every`` seconds
-and at the end, in the log's format: ``event=progress label=replay done=412000
-total=1000000 percent=41.2 records_per_s=95300 eta_s=6``.
+Given a console (a terminal: ``ingest.supervisor.terminal``), a ``rich`` bar:
+``replay ━━━━━━━━━╸━━━━━━━━━━  412,000/1,000,000 records  95.3k/s  0:00:06``, log
+records printed above it. Elsewhere (logs, pipes) a ``progress`` event is logged
+every ``every`` seconds and at the end, in the log's format: ``event=progress
+label=replay done=412000 total=1000000 percent=41.2 records_per_s=95300 eta_s=6``.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Iterable
 
+from rich.console import Console
+from rich.progress import BarColumn, TaskID, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as Bar
+
+from ingest.group import Partition
 from ingest.logs import event
+from ingest.supervisor.partitions import PartitionState
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "range_done"]
 
 log = logging.getLogger("ingest.supervisor.progress")
-
-_BAR = 30
-_TTY_EVERY = 0.2
-
-
-def _duration(seconds: float) -> str:
-    total = round(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _rate(value: float) -> str:
@@ -39,6 +33,24 @@ def _rate(value: float) -> str:
     return f"{value:.0f}"
 
 
+def range_done(
+    states: Iterable[PartitionState], in_batch: frozenset[Partition] = frozenset()
+) -> tuple[int, int]:
+    """Records landed and records in the range, over partitions whose range is known."""
+    done = total = 0
+    for state in states:
+        first, end = state.first_offset, state.end_offset
+        if first is None or end is None:
+            continue
+        size = max(end - first, 0)
+        total += size
+        if state.finished and not len(state.pending) and state.partition not in in_batch:
+            done += size
+        elif state.landed_next is not None:
+            done += min(max(state.landed_next - first, 0), size)
+    return done, total
+
+
 class Progress:
     """Reports ``done`` of ``total`` records (the total may grow as ends become known)."""
 
@@ -46,18 +58,18 @@ class Progress:
         self,
         label: str = "progress",
         *,
-        stream: TextIO | None = None,
-        tty: bool | None = None,
+        console: Console | None = None,
         every: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.label = label
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
+        self.console = console
         self.every = every
         self._clock = clock
         self._started = clock()
         self._shown_at = float("-inf")
+        self._bar: Bar | None = None
+        self._task = TaskID(0)
         self.done = 0
         self.total = 0
         self.lines = 0
@@ -67,42 +79,49 @@ class Progress:
         if not self.total and not final:
             return  # nothing known yet
         now = self._clock()
-        if not final and now - self._shown_at < (_TTY_EVERY if self.tty else self.every):
+        if not final and now - self._shown_at < (0.2 if self.console else self.every):
             return
         self._shown_at = now
         self.lines += 1
-        if not self.tty:
-            fraction, rate, eta = self._numbers(now)
+        rate = self.done / max(now - self._started, 1e-9)
+        if self.console is None:
+            left = self.total - self.done
             event(
                 log,
                 "progress",
                 label=self.label,
                 done=self.done,
                 total=self.total,
-                percent=round(fraction * 100, 1),
+                percent=round(self.done / self.total * 100 if self.total else 100.0, 1),
                 records_per_s=round(rate),
-                eta_s=None if eta is None else round(eta),
+                eta_s=round(left / rate) if rate > 0 else None,
             )
             return
-        self.stream.write(self.render(now))
-        if final:
-            self.stream.write("\n")
-        self.stream.flush()
-
-    def _numbers(self, now: float) -> tuple[float, float, float | None]:
-        elapsed = max(now - self._started, 1e-9)
-        rate = self.done / elapsed
-        left = self.total - self.done
-        eta = left / rate if rate > 0 else None
-        fraction = self.done / self.total if self.total else 1.0
-        return fraction, rate, eta
-
-    def render(self, now: float | None = None) -> str:
-        fraction, rate, eta = self._numbers(self._clock() if now is None else now)
-        filled = round(fraction * _BAR)
-        bar = "#" * filled + "." * (_BAR - filled)
-        shown_eta = "--:--" if eta is None else _duration(eta)
-        return (
-            f"\r{self.label} [{bar}] {self.done:,}/{self.total:,} records  "
-            f"{_rate(rate)}/s  ETA {shown_eta}"
+        if self._bar is None:
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[counts]} records  {task.fields[rate]}/s"),
+                TimeRemainingColumn(),
+                console=self.console,
+                redirect_stdout=False,  # ingest.supervisor.terminal already does
+                redirect_stderr=False,
+            )
+            self._task = self._bar.add_task(self.label, counts="", rate="")
+            self._bar.start()
+        self._bar.update(
+            self._task,
+            completed=self.done,
+            total=self.total,
+            counts=f"{self.done:,}/{self.total:,}",
+            rate=_rate(rate),
         )
+        if final:
+            self.close()
+
+    def close(self) -> None:
+        """Stops the bar, left drawn as it was last (idempotent)."""
+        if self._bar is not None:
+            self._bar.refresh()
+            self._bar.stop()
+            self._bar = None

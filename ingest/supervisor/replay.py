@@ -23,8 +23,8 @@ replay killed halfway leaves each batch either replaced or untouched; running
 it again finishes the job. Offsets stay exact: each one is in the table or the
 dead-letter table, once.
 
-Progress (records done of the total, rate, ETA) goes to stderr: a bar on a
-terminal, plain lines otherwise.
+Progress (records done of the total, rate, ETA): a bar on a terminal (the CLI
+gives a console), ``progress`` log events otherwise.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ingest.supervisor.batches import BatchThread
 from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.offsets import end_offsets, topic_partitions, txn_versions
 from ingest.supervisor.partitions import Change, PartitionState
-from ingest.supervisor.progress import Progress
+from ingest.supervisor.progress import Progress, range_done
 from ingest.supervisor.runtime import Engine
 from ingest.supervisor.source import RunOutcome
 from ingest.worker import EndPosition, StartPosition, WorkerStarted
@@ -281,21 +281,9 @@ class ReplaySource:
         self._show_progress()
 
     def _show_progress(self, final: bool = False) -> None:
-        done = total = 0
-        for state in self.engine.states.values():
-            first = state.first_offset
-            end = state.end_offset
-            if first is None or end is None:
-                continue
-            total += max(end - first, 0)
-            if state.finished and not len(state.pending) and not self._in_batch(state):
-                done += max(end - first, 0)
-            elif state.landed_next is not None:
-                done += min(max(state.landed_next - first, 0), max(end - first, 0))
-        self.progress.update(done, total, final=final)
-
-    def _in_batch(self, state: PartitionState) -> bool:
-        return self.engine.batch is not None and state.partition in self.engine.batch.partitions
+        batch = self.engine.batch
+        in_batch = batch.partitions if batch is not None else frozenset()
+        self.progress.update(*range_done(self.engine.states.values(), in_batch), final=final)
 
     def after_step(self) -> None:
         self._show_progress()

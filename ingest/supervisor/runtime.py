@@ -325,6 +325,7 @@ class Engine:
         self._incarnation += 1
         state = PartitionState(partition, self._incarnation, start, end)
         self.states[partition] = state
+        self.metrics.partition_assigned(partition.topic, partition.partition)
         return state
 
     def _worker_settings(self, state: PartitionState) -> WorkerSettings:

@@ -22,6 +22,10 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
 from ingest.client import ClientConfig, Cluster
 from ingest.config import IngestConfig, offsets_topic_partition
 from ingest.errors import IngestError
@@ -43,7 +47,7 @@ from ingest.supervisor.offsets import (
 from ingest.supervisor.settings import client_config, fetch_settings, table_config
 from ingest.worker import FetchSettings
 
-__all__ = ["collect_lag", "collect_status", "render_text"]
+__all__ = ["collect_lag", "collect_status", "print_table", "render_text"]
 
 
 def _last_commit(uri: str, options: dict[str, str]) -> dict[str, Any] | None:
@@ -151,11 +155,24 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
     }
 
 
+_COLUMNS = (
+    "topic",
+    "partition",
+    "committed",
+    "txn_version",
+    "end",
+    "lag",
+    "high_watermark",
+    "newest_record",
+    "last_commit",
+)
+
+
 def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def render_text(report: dict[str, Any]) -> str:
+def _heading(report: dict[str, Any]) -> list[str]:
     group = report["group"]
     table = report["table"]
     last = table["last_commit"]
@@ -177,23 +194,10 @@ def render_text(report: dict[str, Any]) -> str:
             f"table {table['uri']}: version {last['version']}, "
             f"last commit {last['time'] or '-'} ({last['operation'] or '-'})"
         )
-    header = (
-        "topic",
-        "partition",
-        "committed",
-        "txn_version",
-        "end",
-        "lag",
-        "high_watermark",
-        "newest_record",
-        "last_commit",
-    )
-    body = [tuple(_cell(row[key]) for key in header) for row in report["partitions"]]
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    for row in body:
-        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
-    lines.append(f"total lag {report['total_lag']}")
+    return lines
+
+
+def _footer(report: dict[str, Any]) -> list[str]:
     held = report["held_back"]
     if report["lag_against"] == "last_stable_offset":
         note = "end and lag are against the last stable offset (isolation read_committed)"
@@ -202,8 +206,32 @@ def render_text(report: dict[str, Any]) -> str:
             note += f"; open transactions hold back offsets: {parts}"
     else:
         note = "end and lag are against the high watermark (isolation read_uncommitted)"
-    lines.append(note)
-    return "\n".join(lines) + "\n"
+    return [f"total lag {report['total_lag']}", note]
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The report as plain text (off a terminal)."""
+    lines = _heading(report)
+    body = [tuple(_cell(row[key]) for key in _COLUMNS) for row in report["partitions"]]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(_COLUMNS)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(_COLUMNS, widths, strict=True)))
+    for row in body:
+        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    return "\n".join(lines + _footer(report)) + "\n"
+
+
+def print_table(report: dict[str, Any], console: Console) -> None:
+    """The report on a terminal: the partitions as a ``rich`` table."""
+    for line in _heading(report):
+        console.print(line)
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in _COLUMNS:
+        table.add_column(column, justify="left" if column == "topic" else "right")
+    for row in report["partitions"]:
+        table.add_row(*(_cell(row[key]) for key in _COLUMNS))
+    console.print(table)
+    for line in _footer(report):
+        console.print(line)
 
 
 def collect_lag(

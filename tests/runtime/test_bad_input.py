@@ -8,7 +8,6 @@ scripted leader speaking the Kafka protocol over TCP (tests/worker/scripted.py).
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +90,7 @@ def test_broken_batches_and_bad_values_become_dead_letters_with_provenance(
             cfg,
             start=Position("earliest"),
             spark=spark,
-            progress=Progress("replay", stream=io.StringIO(), tty=False),
+            progress=Progress("replay"),
         ).run()
     assert outcome.exit_code == 0, outcome.message
 

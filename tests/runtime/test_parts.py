@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
 
 from ingest.errors import ConfigError
 from ingest.group import Partition
@@ -24,6 +26,7 @@ from ingest.supervisor.batches import PendingItems, item_next_offset, select
 from ingest.supervisor.metrics import Metrics, MetricsServer
 from ingest.supervisor.progress import Progress
 from ingest.supervisor.replay import Position, parse_partitions, parse_position
+from ingest.supervisor.status import print_table, render_text
 from tests.bounds import CONFIG_REFUSAL_S
 from tests.runtime.support import ROOT, write_config
 
@@ -132,12 +135,25 @@ def test_a_process_context_goes_on_every_line_after_the_logger() -> None:
     assert document["partition"] == 3 and document["pid"] == 77
 
 
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition, by name and sorted labels (prometheus_client's parser)."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
     metrics = Metrics()
+    metrics.partition_assigned("t", 0)
+    baseline = _samples(metrics.render())
     metrics.inc("ingest_records_consumed_total", 5, topic="t", partition=0)
     metrics.inc("ingest_records_consumed_total", 7, topic="t", partition=0)
     metrics.observe("ingest_batch_stage_seconds", 0.5, stage="spark")
     metrics.observe("ingest_batch_stage_seconds", 1.5, stage="spark")
+    metrics.advance_to("ingest_group_requests_total", 3, api="Heartbeat")
+    metrics.advance_to("ingest_group_requests_total", 2, api="Heartbeat")  # never goes back
     scraped: list[int] = []
 
     def collect(into: Metrics) -> None:
@@ -154,17 +170,37 @@ def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
     try:
         base = f"http://{server.address}"
         text = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
-        again = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        urllib.request.urlopen(f"{base}/metrics", timeout=5).read()
         status = json.loads(urllib.request.urlopen(f"{base}/status", timeout=5).read())
     finally:
         server.close()
+    part = (("partition", "0"), ("topic", "t"))
+    # An assigned partition's series exist at zero before anything happened to it.
+    for name in (
+        "ingest_records_consumed_total",
+        "ingest_bytes_consumed_total",
+        "ingest_worker_restarts_total",
+        "ingest_partition_lag",
+        "ingest_partition_failed",
+    ):
+        assert baseline[(name, part)] == 0.0, name
+    assert baseline[("ingest_batches_total", (("outcome", "ok"),))] == 0.0
+    assert baseline[("ingest_batch_stage_seconds_count", (("stage", "commit"),))] == 0.0
+    samples = _samples(text)
+    assert samples[("ingest_records_consumed_total", part)] == 12
+    assert samples[("ingest_batch_stage_seconds_sum", (("stage", "spark"),))] == 2
+    assert samples[("ingest_batch_stage_seconds_count", (("stage", "spark"),))] == 2
+    # Histogram buckets: 0.5 falls in le=0.5, 1.5 in le=2.5.
+    assert samples[("ingest_batch_stage_seconds_bucket", (("le", "0.5"), ("stage", "spark")))] == 1
+    assert samples[("ingest_batch_stage_seconds_bucket", (("le", "2.5"), ("stage", "spark")))] == 2
+    assert samples[("ingest_group_requests_total", (("api", "Heartbeat"),))] == 3
+    assert samples[("ingest_partition_lag", part)] == 42
+    assert samples[("process_resident_memory_bytes", ())] > 0  # the process collector
     assert "# TYPE ingest_records_consumed_total counter" in text
-    assert 'ingest_records_consumed_total{partition="0",topic="t"} 12' in text
-    assert 'ingest_batch_stage_seconds_sum{stage="spark"} 2' in text
-    assert 'ingest_batch_stage_seconds_count{stage="spark"} 2' in text
-    assert 'ingest_partition_lag{partition="0",topic="t"} 42' in text
-    assert len(scraped) == 1 and again == text  # the collector's answer is cached
+    assert "# TYPE ingest_batch_stage_seconds histogram" in text
+    assert len(scraped) == 1  # the collector's answer is cached
     assert status == {"partitions": [{"partition": 0}]}
+    metrics.remove("ingest_partition_failed", topic="t", partition=9)  # never made: no error
 
 
 def test_progress_draws_a_bar_on_a_terminal_and_logs_events_elsewhere(
@@ -172,15 +208,17 @@ def test_progress_draws_a_bar_on_a_terminal_and_logs_events_elsewhere(
 ) -> None:
     now = [0.0]
     tty = io.StringIO()
-    bar = Progress("replay", stream=tty, tty=True, clock=lambda: now[0])
+    console = Console(file=tty, force_terminal=True, width=120)
+    bar = Progress("replay", console=console, clock=lambda: now[0])
     now[0] = 10.0
     bar.update(250, 1000)
-    assert tty.getvalue().startswith("\rreplay [")
-    assert "250/1,000 records" in tty.getvalue() and "25/s" in tty.getvalue()
-    assert "ETA 0:30" in tty.getvalue()
+    bar.close()
+    drawn = tty.getvalue()
+    assert "replay" in drawn and "━" in drawn  # rich's bar
+    assert "250/1,000 records" in drawn and "25/s" in drawn
     plain = io.StringIO()
     caplog.set_level(logging.INFO, logger="ingest.supervisor.progress")
-    lines = Progress("replay", stream=plain, tty=False, every=5.0, clock=lambda: now[0])
+    lines = Progress("replay", every=5.0, clock=lambda: now[0])
     now[0] = 11.0
     lines.update(10, 100)
     now[0] = 12.0
@@ -190,6 +228,50 @@ def test_progress_draws_a_bar_on_a_terminal_and_logs_events_elsewhere(
     shown = [r.getMessage() for r in caplog.records if r.name == "ingest.supervisor.progress"]
     assert len(shown) == 2
     assert shown[-1].startswith("progress label=replay done=100 total=100 percent=100.0 ")
+
+
+def test_status_prints_an_aligned_table_on_a_terminal() -> None:
+    row = {
+        "topic": "events",
+        "committed": None,
+        "txn_version": None,
+        "end": 1_500_000,
+        "high_watermark": 1_500_000,
+        "newest_record": "2026-01-01T00:00:00+00:00",
+        "last_commit": None,
+    }
+    report = {
+        "group": {
+            "id": "g",
+            "state": "Empty",
+            "protocol_type": "consumer",
+            "protocol": "",
+            "members": [],
+            "coordinator": "1@127.0.0.1:9092",
+            "offsets_topic_partition": 7,
+        },
+        "table": {"uri": "/tmp/t", "last_commit": None},
+        "partitions": [
+            {**row, "partition": 0, "lag": 1_500_000},
+            {**row, "partition": 11, "committed": 99, "txn_version": 98, "lag": 1_499_901},
+        ],
+        "total_lag": 2_999_901,
+        "lag_against": "high_watermark",
+        "held_back": {},
+    }
+    out = io.StringIO()
+    print_table(report, Console(file=out, width=200, color_system=None))
+    text = out.getvalue().splitlines()
+    header = next(line for line in text if "high_watermark" in line)
+    rows = [line for line in text if line.strip().startswith("events")]
+    assert len(rows) == 2
+    # Right-aligned columns: every cell ends where its heading ends.
+    for name, cells in (("lag", ("1500000", "1499901")), ("partition", ("0", "11"))):
+        right = header.index(name) + len(name)
+        for line, cell in zip(rows, cells, strict=True):
+            assert line[right - len(cell) : right] == cell, (name, line)
+    assert "total lag 2999901" in text
+    assert render_text(report).splitlines()[-2] == "total lag 2999901"  # off a terminal
 
 
 def test_positions_and_partitions_parse() -> None:

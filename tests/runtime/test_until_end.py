@@ -7,7 +7,6 @@ run would cost ~10 s each); the CLI as a process is tested in test_cli.py.
 from __future__ import annotations
 
 import dataclasses
-import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,7 +137,7 @@ def test_status_reports_offsets_txn_versions_lag_and_the_group(landed: dict[str,
 
 
 def replay(cfg: Any, spark: Any, **kwargs: Any) -> Any:
-    progress = Progress("replay", stream=io.StringIO(), tty=False)
+    progress = Progress("replay")
     engine = replay_run(cfg, spark=spark, progress=progress, **kwargs)
     outcome = engine.run()
     return outcome, progress
