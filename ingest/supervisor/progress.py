@@ -20,6 +20,7 @@ from rich.progress import Progress as Bar
 from ingest.group import Partition
 from ingest.logs import event
 from ingest.supervisor.partitions import PartitionState
+from ingest.supervisor.terminal import Terminal
 
 __all__ = ["Progress", "range_done"]
 
@@ -120,8 +121,12 @@ class Progress:
             self.close()
 
     def close(self) -> None:
-        """Stops the bar, left drawn as it was last (idempotent)."""
+        """Stops the bar, left drawn as it was last (idempotent), once the log records
+        written before it are printed above it."""
         if self._bar is not None:
+            terminal = Terminal.active()
+            if terminal is not None:
+                terminal.drain()
             self._bar.refresh()
             self._bar.stop()
             self._bar = None

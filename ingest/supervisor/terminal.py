@@ -110,18 +110,26 @@ class Terminal:
         if _active is self:
             _active = None
 
-    def close(self, timeout: float = 2.0) -> None:
+    def drain(self, timeout: float = 2.0) -> None:
+        """Waits until what was written so far is printed (the pipe went quiet, or it
+        ended: no child holds it any more): before the bar is drawn for the last time,
+        so the run's last records land above it, not below."""
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-        self.restore()
-        # What was written before the restore is in the pipe: wait until it is printed
-        # (the pipe went quiet, or it ended: no child holds it any more).
         self._quiet.clear()
         deadline = time.monotonic() + timeout
         while self._thread.is_alive() and time.monotonic() < deadline:
             if self._quiet.wait(_QUIET_SECONDS):
                 break
+
+    def close(self, timeout: float = 2.0) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        self.restore()
+        # What was written before the restore is in the pipe: printed before we return.
+        self.drain(timeout)
 
     def __enter__(self) -> Terminal:
         return self
