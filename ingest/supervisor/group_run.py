@@ -54,6 +54,7 @@ from ingest.supervisor.settings import (
     member_config,
 )
 from ingest.supervisor.source import RunOutcome
+from ingest.supervisor.until_end import OthersWatch
 from ingest.worker import EndPosition, StartPosition, WorkerStarted
 
 __all__ = ["GroupSource", "group_run"]
@@ -115,6 +116,7 @@ class GroupSource:
         # comes from the member's poll). Revocations wait for it.
         self._commit_in_flight: _CommitInFlight | None = None
         self._revocation_committed = False
+        self._others: OthersWatch | None = None  # --until-end: partitions owned elsewhere
 
     def _member(self) -> GroupMember:
         assert self.member is not None, "the group is joined in start()"
@@ -481,7 +483,11 @@ class GroupSource:
             return False
         if self.revocations or self._member().state is not MemberState.STABLE:
             return False
-        return all(self._settled(s) for s in self.engine.states.values())
+        if not all(self._settled(s) for s in self.engine.states.values()):
+            return False
+        if self._others is None:
+            self._others = OthersWatch(self.ends, self._fetch_committed)
+        return self._others.landed(self.engine.states.keys(), time.monotonic())
 
     def close(self, outcome_ok: bool) -> None:
         member = self.member

@@ -26,6 +26,7 @@ def produce_changes(bootstrap: str, topic: str, partitions: int, total: int, key
             "linger.ms": 20,
             "batch.size": 1_000_000,
             "enable.idempotence": False,
+            "max.in.flight.requests.per.connection": 1,  # order kept through retries
             "queue.buffering.max.messages": 1_000_000,
         }
     )

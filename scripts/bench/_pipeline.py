@@ -84,6 +84,9 @@ def produce_json(
             "linger.ms": 20,
             "batch.size": 1_000_000,
             "enable.idempotence": False,
+            # One request in flight: a retried batch (the topic's leader still unknown just
+            # after its creation) cannot land behind later ones and shift the offsets.
+            "max.in.flight.requests.per.connection": 1,
             "queue.buffering.max.messages": 1_000_000,
         }
     )

@@ -4,9 +4,12 @@ One Apache Kafka node (KRaft, from Maven Central; ``--broker tansu`` for the qui
 broker). For each size, JSON records produced once to 8 partitions, then, in turn, on the
 same topic, each pipeline with its own group and table:
 
-* (a) ingest: ``ingest run --until-end`` (the CLI as a subprocess, local[2] Spark, JSON
-  value schema declared in the config), wall clock from process start to exit, the JVM's
-  start included;
+* (a) ingest: ``ingest run --until-end`` (the CLI as a subprocess, JSON value schema
+  declared in the config, product defaults: no transform on local[2], so the local engine,
+  no JVM), on Apache Kafka with the consumer group protocol (KIP-848: no initial rebalance
+  delay), wall clock from process start to exit; (a') the same with the classic protocol
+  (``--only`` it: ``classic``), which waits out the broker's
+  ``group.initial.rebalance.delay.ms`` (3 s, Kafka's default, kept here as users run it);
 * (b) naive: a confluent-kafka group consumer, orjson per value, a pyarrow table per 100k
   messages, ``write_deltalake`` append, a synchronous offset commit after each write;
 * (c) limit: librdkafka's raw consumer reading every message (nothing built), plus one
@@ -77,6 +80,7 @@ PARTITIONS = 8
 DEFAULT_SIZES = "100k,500k,5M,1M@1KB"
 LABELS = {
     "ours": "(a) ingest",
+    "classic": "(a') ingest, classic group",
     "naive": "(b) naive",
     "limit": "(c) limit",
     "ss": "(d) Structured Streaming",
@@ -211,8 +215,10 @@ def run_size(
     for name in args.pipelines:
         if name == "kdi" and args.kdi_binary is None:
             continue
-        if name == "ours":
-            result = ingest_until_end(name, here, bootstrap, topic, ends, per)
+        if name in ("ours", "classic"):
+            protocol = "consumer" if name == "ours" and args.broker == "kafka" else "classic"
+            sections = {"source": {"group_protocol": protocol}}
+            result = ingest_until_end(name, here, bootstrap, topic, ends, per, sections=sections)
             result["table"] = here / name
             result["phases"] = result["phases"].describe()
         elif name == "kdi":
@@ -326,6 +332,9 @@ def main() -> None:
     parser.add_argument("--upsert-keys", type=lambda t: parse_size(t)[0], default=500_000)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
+        "--initial-rebalance-delay-ms", type=int, default=3000, help="Kafka's default: 3000"
+    )
+    parser.add_argument(
         "--peer", choices=["naive", "limit", "ss", "ss-upsert"], help=argparse.SUPPRESS
     )
     for hidden in ("--bootstrap", "--topic", "--group", "--table", "--ends"):
@@ -340,7 +349,10 @@ def main() -> None:
     print(f"# {machine()}; load average before: {load_average()}; broker: {args.broker}")
     runs: list[tuple[str, dict[str, dict[str, Any]]]] = []
     try:
-        with KafkaCluster(1) if args.broker == "kafka" else TansuBroker() as broker:
+        # The broker's own default: a new classic group's first join waits 3 s for others.
+        delay = {"group.initial.rebalance.delay.ms": str(args.initial_rebalance_delay_ms)}
+        kafka = KafkaCluster(1, overrides=delay) if args.broker == "kafka" else None
+        with kafka if kafka is not None else TansuBroker() as broker:
             for records, value_bytes in sizes:
                 results = run_size(args, broker.bootstrap, workdir, records, value_bytes)
                 runs.append((next(iter(results.values()))["label"], results))
