@@ -34,6 +34,8 @@ Every exception the package raises on purpose derives from ``IngestError``::
     ├── SinkError                    Delta / Spark sink failures
     │   ├── StaleBatchError          a concurrent writer covered offsets of the batch: redo it
     │   │                            from its segments (ingest/sink/delta.py)
+    │   ├── LocalTaskError           a local-engine task process died: the batch is retried
+    │   │                            on a new pool (spark_jobs/local.py)
     │   └── SparkStartError          the Spark session did not start (its JVM exited or never
     │                                answered): no later batch can land in this process
     ├── LogTruncationError           the log diverged below a restored position (KIP-320):
