@@ -20,6 +20,8 @@ The package, by job (import every name from ``ingest.config``):
   pydantic's errors as ours (``config_error``), secrets from the environment, the checks
   across keys (``SPARK_MASTER``).
 * ``render.py``: ``render_config`` for ``--print-config``, ``toml_value``.
+* ``schema.py``: ``config_schema``, the JSON Schema; ``docs.py`` writes
+  ``docs/configuration.md`` from it.
 """
 
 # First, before the modules that import them from here (see sections.py).
@@ -29,6 +31,7 @@ from ingest.config.units import Duration, Size, parse_duration, parse_size
 from ingest.config.kafka import FetchSection, KafkaSection, SaslSection, SourceSection, TlsSection
 from ingest.config.loader import SPARK_MASTER, load_config, parse_config
 from ingest.config.render import render_config, toml_value
+from ingest.config.schema import config_schema
 from ingest.config.sections import (
     DeadLetterSection,
     HandoffSection,
@@ -64,6 +67,7 @@ __all__ = [
     "TriggerSection",
     "ValueSection",
     "WorkerSection",
+    "config_schema",
     "load_config",
     "offsets_topic_partition",
     "parse_config",
