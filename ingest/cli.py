@@ -6,6 +6,8 @@
     ingest maintain -c conf/x.toml [--json]          one upkeep pass: compaction, checkpoint,
                                                      log retention, VACUUM ([maintenance])
     ingest broker                                    the embedded test broker (Tansu)
+    ingest config-schema                             the config's JSON Schema (every key:
+                                                     docs/configuration.md)
 
 ``--print-config`` (run, replay, status, maintain) prints the effective config, secrets
 masked, and exits. Exit codes: 0 done; 1 failed (the message says why);
@@ -237,6 +239,15 @@ def _maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from ingest.config import config_schema
+
+    print(json.dumps(config_schema(), indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ingest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -301,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(maintain)
     maintain.add_argument("--json", action="store_true", help="print JSON")
     maintain.set_defaults(handler=_maintain)
+
+    schema = commands.add_parser(
+        "config-schema",
+        help="print the config file's JSON Schema (for TOML editors; docs/configuration.md)",
+    )
+    schema.set_defaults(handler=_config_schema)
 
     dev_broker = commands.add_parser(
         "broker", help="run the embedded test broker (Tansu) on a loopback port until Ctrl-C"

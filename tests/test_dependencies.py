@@ -25,6 +25,8 @@ USED_AS = {
     "pandas": r"\.mapInArrow\(",  # pyspark requires pandas for mapInArrow
     "prometheus-client": r"^\s*(import|from) prometheus_client\b",
     "rich": r"^\s*(import|from) rich\b",
+    "pydantic": r"^\s*(import|from) pydantic\b",
+    "jsonschema": r"^\s*(import|from) jsonschema\b",
     "pyte": r"^\s*(import|from) pyte\b",
     "pytest": r"^\s*(import|from) pytest\b",
     "pytest-timeout": r"^timeout = ",  # pyproject's [tool.pytest.ini_options]

@@ -1,7 +1,8 @@
-"""Reading a TOML config: each table walked against its section's dataclass, then the
-secrets read from the environment and the checks that span keys.
+"""Reading a TOML config: the document validated against ``IngestConfig`` (pydantic),
+then the secrets read from the environment and the checks that span keys.
 
-Every error is a ``ConfigError`` naming the file and the dotted key.
+Every error is a ``ConfigError`` naming the file and the dotted key; ``config_error`` is
+the one place pydantic's errors become ours.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ import dataclasses
 import os
 import re
 import tomllib
-import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 
 from ingest.client.config import Secret
-from ingest.config.sections import IngestConfig, MaintenanceSection
-from ingest.config.units import Duration, Size, parse_duration, parse_size
+from ingest.config.sections import NOT_IN_FILE, IngestConfig, MaintenanceSection
 from ingest.ddl import check_ddl
 from ingest.errors import ConfigError
 
@@ -51,84 +53,71 @@ def parse_config(text: str, *, path: str = "<memory>", env: Mapping[str, str]) -
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=path) from exc
-    values = _build(IngestConfig, document, key="", path=path, skip={"path", "secrets"})
-    config = IngestConfig(**values, path=path)
+    for name in sorted(NOT_IN_FILE & set(document)):
+        raise ConfigError(f"unknown key (known here: {_known(())})", path=path, key=name)
+    try:
+        config = _FILE.validate_python({**document, "path": path})
+    except ValidationError as exc:
+        raise config_error(exc, path) from None
     secrets = _resolve_secrets(config, env, path)
     config = dataclasses.replace(config, secrets=secrets)
     _check_consistency(config)
     return config
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+_FILE = TypeAdapter(IngestConfig)
 
 
-def _build(
-    cls: type, table: object, *, key: str, path: str, skip: set[str] | None = None
-) -> dict[str, Any]:
-    if not isinstance(table, dict):
-        raise ConfigError("expected a table", path=path, key=key or None)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in (skip or set())}
-    unknown = sorted(set(table) - set(fields))
-    if unknown:
-        where = f"{key}.{unknown[0]}" if key else unknown[0]
-        known = ", ".join(sorted(fields))
-        raise ConfigError(f"unknown key (known here: {known})", path=path, key=where)
-    hints = _hints(cls)
-    out: dict[str, Any] = {}
-    for name, spec in fields.items():
-        dotted = f"{key}.{name}" if key else name
-        if name not in table:
-            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-                raise ConfigError("missing required key", path=path, key=dotted)
-            continue
-        out[name] = _convert(hints[name], table[name], key=dotted, path=path)
-    return out
+def config_error(exc: ValidationError, path: str) -> ConfigError:
+    """pydantic's first error as ours: the file, the dotted key and today's message.
+
+    The first unknown key wins (the keys of a table are checked before its values), then
+    pydantic's order (the fields in their declared order, depth first)."""
+    errors = exc.errors()
+    unknown = [e for e in errors if e["type"] in _UNKNOWN]
+    error = (unknown or errors)[0]
+    loc = tuple(error["loc"])
+    key = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    return ConfigError(_message(error, loc), path=path, key=key.lstrip(".") or None)
 
 
-def _convert(hint: Any, value: object, *, key: str, path: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in args if a is not type(None)]
-        if len(options) == 1:
-            return _convert(options[0], value, key=key, path=path)
-    if origin is Literal:
-        if value not in args:
-            choices = ", ".join(repr(a) for a in args)
-            raise ConfigError(f"expected one of {choices}, got {value!r}", path=path, key=key)
-        return value
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError("expected a list", path=path, key=key)
-        return [
-            _convert(args[0], item, key=f"{key}[{i}]", path=path) for i, item in enumerate(value)
-        ]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError("expected a table", path=path, key=key)
-        return {k: _convert(args[1], v, key=f"{key}.{k}", path=path) for k, v in value.items()}
-    if hint is Size or hint is Duration:
-        parse = parse_size if hint is Size else parse_duration
-        try:
-            return parse(value)
-        except ValueError as exc:
-            raise ConfigError(str(exc), path=path, key=key) from None
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return hint(**_build(hint, value, key=key, path=path))
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"expected true or false, got {value!r}", path=path, key=key)
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"expected an integer, got {value!r}", path=path, key=key)
-        return value
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"expected a string, got {value!r}", path=path, key=key)
-        return value
-    raise ConfigError(f"unsupported config type {hint!r}", path=path, key=key)
+_UNKNOWN = ("unexpected_keyword_argument", "extra_forbidden")
+
+
+def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
+    kind, value = error["type"], error["input"]
+    context = error.get("ctx") or {}
+    if kind in _UNKNOWN:
+        return f"unknown key (known here: {_known(loc[:-1])})"
+    if kind == "missing":
+        return "missing required key"
+    if kind in ("dataclass_type", "dataclass_exact_type", "dict_type", "model_type"):
+        return "expected a table"
+    if kind == "list_type":
+        return "expected a list"
+    if kind == "literal_error":
+        # pydantic spells the choices "'a', 'b' or 'c'"; every choice is a quoted string.
+        choices = ", ".join(repr(c) for c in re.findall(r"'([^']*)'", context["expected"]))
+        return f"expected one of {choices}, got {value!r}"
+    if kind == "bool_type":
+        return f"expected true or false, got {value!r}"
+    if kind in ("int_type", "int_from_float"):
+        return f"expected an integer, got {value!r}"
+    if kind == "string_type":
+        return f"expected a string, got {value!r}"
+    if kind == "value_error":  # parse_size, parse_duration
+        return str(context["error"])
+    return str(error["msg"])
+
+
+def _known(loc: tuple[str | int, ...]) -> str:
+    """The keys of the table at ``loc`` (a path of field names from ``IngestConfig``)."""
+    section: Any = IngestConfig
+    for name in loc:
+        hint = typing.get_type_hints(section)[str(name)]
+        section = next(a for a in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(a))
+    names = {f.name for f in dataclasses.fields(section)}
+    return ", ".join(sorted(names - NOT_IN_FILE if section is IngestConfig else names))
 
 
 def _resolve_secrets(config: IngestConfig, env: Mapping[str, str], path: str) -> dict[str, Secret]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ingest.client.config import Secret
 from ingest.config.sections import IngestConfig
-from ingest.config.units import Duration, Size
+from ingest.config.units import Duration, Size, spell_duration, spell_size
 
 
 def render_config(config: IngestConfig) -> str:
@@ -51,11 +51,9 @@ def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, Size):
-        return f'"{_format_size(int(value))}"'
+        return f'"{spell_size(int(value))}"'
     if isinstance(value, Duration):
-        seconds = float(value)
-        # Whole seconds in full ("2592000s", not "2.592e+06s", which does not parse back).
-        return f'"{int(seconds)}s"' if seconds.is_integer() else f'"{seconds:g}s"'
+        return f'"{spell_duration(float(value))}"'
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
@@ -65,10 +63,3 @@ def toml_value(value: Any) -> str:
     if isinstance(value, dict):
         return "{ " + ", ".join(f'"{k}" = {toml_value(v)}' for k, v in value.items()) + " }"
     return repr(value)
-
-
-def _format_size(value: int) -> str:
-    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value >= factor and value % factor == 0:
-            return f"{value // factor}{unit}"
-    return str(value)

@@ -1,223 +1,303 @@
-"""The config's sections: one frozen dataclass per TOML table, and ``IngestConfig``.
+"""The config's sections: one frozen pydantic dataclass per TOML table, and ``IngestConfig``.
 
-Each field's annotation is what the loader (``loader.py``) checks a TOML value against,
-and its default is the product's default. ``IngestConfig`` also turns the sections into
-what the layers below take (``client_config``, the table's storage options).
+The one declaration of the config: each field's annotation is what a TOML value is
+validated against (``loader.py`` turns pydantic's errors into ours), its default is the
+product's default, and its description is the key's documentation (the JSON Schema of
+``ingest config-schema`` and ``docs/configuration.md`` are generated from it).
+``IngestConfig`` also turns the sections into what the layers below take (the table's
+storage options, the dead-letter URI).
+
+The sections of the Kafka side ([kafka], [kafka.tls], [kafka.sasl], [source], [fetch])
+are in ``kafka.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass
+from pydantic.json_schema import SkipJsonSchema
 
 from ingest.client.config import Secret
 
 # From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
 from ingest.config import Duration, Size
+from ingest.config.kafka import FetchSection, KafkaSection, SourceSection
+from ingest.config.units import SECTION, Bool, Int, Str
 from ingest.errors import ConfigError
 
 
-@dataclass(frozen=True)
-class TlsSection:
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    key_password_env: str | None = None
-    check_hostname: bool = True
-
-
-@dataclass(frozen=True)
-class SaslSection:
-    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-    username: str
-    password_env: str
-
-
-@dataclass(frozen=True)
-class KafkaSection:
-    bootstrap_servers: list[str]
-    client_id: str = "ingest"
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    connect_timeout: Duration = Duration(10)
-    request_timeout: Duration = Duration(30)
-    # How long a cluster operation (metadata, coordinator lookup) keeps retrying.
-    retry_timeout: Duration = Duration(30)
-    # ListOffsets answers taken at their word ("trust") or checked against a Fetch and the
-    # records ("check", for brokers that answer them wrongly, such as Tansu 0.6.0). "auto"
-    # trusts a broker that offers OffsetForLeaderEpoch, as Apache Kafka does.
-    list_offsets: Literal["auto", "trust", "check"] = "auto"
-    tls: TlsSection | None = None
-    sasl: SaslSection | None = None
-
-
-@dataclass(frozen=True)
-class SourceSection:
-    topics: list[str]
-    group_id: str
-    group_instance_id: str | None = None
-    # The rebalance protocol is cooperative only when every assignor listed supports it
-    # (Kafka's rule): the default keeps the workers of kept partitions running through a
-    # rebalance. A group shared with librdkafka's defaults (range, roundrobin) needs
-    # ["cooperative-sticky", "range"], which makes every rebalance eager (docs/deploy.md).
-    assignors: list[Literal["cooperative-sticky", "range", "roundrobin"]] = field(
-        default_factory=lambda: ["cooperative-sticky"]
-    )
-    session_timeout: Duration = Duration(45)
-    heartbeat_interval: Duration = Duration(3)
-    rebalance_timeout: Duration = Duration(300)
-    auto_offset_reset: Literal["earliest", "latest", "fail"] = "earliest"
-    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
-    offsets_topic_partitions: int = 50
-    leave_group_on_shutdown: bool | None = None  # None: leave unless static
-    # How often the group's leader looks again at its topics' partition counts: partitions
-    # added to a topic are assigned within this (Kafka's metadata.max.age.ms).
-    metadata_refresh: Duration = Duration(300)
-    # "classic" (JoinGroup/SyncGroup, client-side assignors above) or "consumer" (KIP-848,
-    # Kafka 4.0+: ConsumerGroupHeartbeat, the coordinator assigns with server_assignor; the
-    # session timeout and heartbeat interval are then the group's, set on the broker).
-    group_protocol: Literal["classic", "consumer"] = "classic"
-    server_assignor: Literal["uniform", "range"] | None = None  # None: the group's default
-
-
-@dataclass(frozen=True)
-class FetchSection:
-    max_wait: Duration = Duration(0.5)
-    min_bytes: Size = Size(1)
-    max_bytes: Size = Size(50 * 1024**2)
-    partition_max_bytes: Size = Size(8 * 1024**2)
-    check_crc: bool = False
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class WorkerSection:
-    max_unacked_bytes: Size = Size(256 * 1024**2)
-    resume_unacked_bytes: Size = Size(128 * 1024**2)
-    restart_backoff: Duration = Duration(1)
-    max_restarts_at_same_offset: int = 5
+    """The per-partition workers: backpressure and restarts."""
+
+    max_unacked_bytes: Size = Field(
+        default=Size(256 * 1024**2),
+        description="A worker stops fetching once its segment bytes not yet landed reach "
+        "this (fit to the handoff's free space, docs/deploy.md).",
+    )
+    resume_unacked_bytes: Size = Field(
+        default=Size(128 * 1024**2),
+        description="...and fetches again once they are down to this (below max_unacked_bytes).",
+    )
+    restart_backoff: Duration = Field(
+        default=Duration(1),
+        description="The wait before a crashed worker restarts, doubled at each crash at "
+        "the same offset (capped).",
+    )
+    max_restarts_at_same_offset: Int = Field(
+        default=5,
+        description="Restarts of a worker at the same offset; one more crash there fails "
+        "the partition.",
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class HandoffSection:
-    mode: Literal["shm", "files"] = "shm"
-    root: str | None = None
-    segment_max_bytes: Size = Size(64 * 1024**2)
-    segment_max_age: Duration = Duration(5)
-    max_buffered_bytes: Size = Size(1024**3)
-    # How long a full handoff filesystem may stay full before the run fails.
-    full_timeout: Duration = Duration(300)
+    """Where fetched records wait for their batch: segments in shared memory or files."""
+
+    mode: Literal["shm", "files"] = Field(
+        default="shm",
+        description='"shm": segments in /dev/shm (one host); "files": under root (a '
+        "directory or URI the Spark executors can read).",
+    )
+    root: Str | None = Field(
+        default=None, description='The directory or URI of the segments (mode "files").'
+    )
+    segment_max_bytes: Size = Field(
+        default=Size(64 * 1024**2), description="A segment is sealed at this size..."
+    )
+    segment_max_age: Duration = Field(
+        default=Duration(5), description="...or at this age, whichever comes first."
+    )
+    max_buffered_bytes: Size = Field(
+        default=Size(1024**3),
+        description="Cap on sealed segment bytes not yet landed; fetching pauses above it "
+        "(fit to the handoff's free space, docs/deploy.md).",
+    )
+    full_timeout: Duration = Field(
+        default=Duration(300),
+        description="How long a full handoff filesystem may stay full before the run fails.",
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class TriggerSection:
-    # A batch's segment bytes: big enough for a backlog to land in few batches (5M
-    # records: 1 GiB batches 9.2-9.9 s, 256 MiB 10.2-11.4 s, same broker and data).
-    max_bytes: Size = Size(1024**3)
-    max_records: int = 5_000_000
-    max_age: Duration = Duration(30)
-    # On SIGTERM/SIGINT: how long the in-flight and final batches get before giving up.
-    shutdown_timeout: Duration = Duration(60)
+    """When a batch lands: the first of its size, record count or age."""
+
+    max_bytes: Size = Field(
+        default=Size(1024**3),
+        description="A batch's segment bytes: big enough for a backlog to land in few "
+        "batches (5M records: 1 GiB batches 9.2-9.9 s, 256 MiB 10.2-11.4 s, same broker "
+        "and data).",
+    )
+    max_records: Int = Field(default=5_000_000, description="A batch's records at most.")
+    max_age: Duration = Field(
+        default=Duration(30),
+        description="A batch lands once its oldest pending record is this old.",
+    )
+    shutdown_timeout: Duration = Field(
+        default=Duration(60),
+        description="On SIGTERM/SIGINT: how long the in-flight and final batches get before "
+        "giving up.",
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class ValueSection:
-    format: Literal["binary", "string", "json"] = "binary"
-    schema: str | None = None  # Spark DDL, for json
-    # "debezium": each value is a Debezium change event ({"before", "after", "op"}, maybe
-    # inside {"schema", "payload"}); the schema describes before/after. Upsert mode only.
-    envelope: Literal["none", "debezium"] = "none"
+    """How record values become columns."""
+
+    format: Literal["binary", "string", "json"] = Field(
+        default="binary",
+        description='"binary": the value column as bytes; "string": UTF-8 text; "json": '
+        "parsed into columns by schema.",
+    )
+    schema: Str | None = Field(
+        default=None,
+        description='The values\' Spark DDL (format "json"), e.g. "id BIGINT, name STRING".',
+    )
+    envelope: Literal["none", "debezium"] = Field(
+        default="none",
+        description='"debezium": each value is a Debezium change event ({"before", "after", '
+        '"op"}, maybe inside {"schema", "payload"}); the schema describes before/after. '
+        "Upsert mode only.",
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class TableSection:
-    uri: str
-    mode: Literal["append", "upsert"] = "append"
-    merge_keys: list[str] = field(default_factory=list)
-    # A record with a null value: "delete" its key's row (upsert's default), "ignore" it,
-    # "dead_letter" it, or "keep" it as a row (append's default). None: the mode's default.
-    tombstones: Literal["delete", "ignore", "dead_letter", "keep"] | None = None
-    partition_by: list[str] = field(default_factory=list)
-    transform: str | None = None  # SQL over the view `batch`
-    # Delta tables the transform may name: view name -> table URI (read at each batch).
-    transform_tables: dict[str, str] = field(default_factory=dict)
-    storage_options: dict[str, str] = field(default_factory=dict)
-    storage_options_env: dict[str, str] = field(default_factory=dict)  # option -> env var
-    value: ValueSection = field(default_factory=ValueSection)
+    """The Delta table the topics land in."""
+
+    uri: Str = Field(description="The Delta table's path or URI (file, s3://, ...).")
+    mode: Literal["append", "upsert"] = Field(
+        default="append",
+        description='"append": every record a row; "upsert": MERGE by merge_keys.',
+    )
+    merge_keys: list[Str] = Field(
+        default_factory=list, description='The key columns of mode "upsert".'
+    )
+    tombstones: Literal["delete", "ignore", "dead_letter", "keep"] | None = Field(
+        default=None,
+        description="A record with a null value: \"delete\" its key's row (upsert's "
+        'default), "ignore" it, "dead_letter" it, or "keep" it as a row (append\'s '
+        "default). Unset: the mode's default.",
+    )
+    partition_by: list[Str] = Field(
+        default_factory=list, description="The table's partition columns."
+    )
+    transform: Str | None = Field(
+        default=None, description="Spark SQL over the view `batch`, run on each batch."
+    )
+    transform_tables: dict[Str, Str] = Field(
+        default_factory=dict,
+        description="Delta tables the transform may name: view name -> table URI (read at "
+        "each batch).",
+    )
+    storage_options: dict[Str, Str] = Field(
+        default_factory=dict, description="delta-rs/object-store options of the table."
+    )
+    storage_options_env: dict[Str, Str] = Field(
+        default_factory=dict,
+        description="Secret storage options: option -> name of the environment variable "
+        "holding its value (read at load).",
+    )
+    value: ValueSection = Field(
+        default_factory=ValueSection, description="How values become columns ([table.value])."
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class DeadLetterSection:
-    uri: str | None = None  # default: <table uri>_dead_letters
+    """Where records that cannot land go."""
+
+    uri: Str | None = Field(
+        default=None,
+        description="The dead-letter Delta table (default: <table uri>_dead_letters).",
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class SparkSection:
-    master: str = "local[*]"
-    app_name: str = "ingest"
-    conf: dict[str, str] = field(default_factory=dict)
-    # A class-data-sharing archive of the driver JVM's classes, kept in the user's cache
-    # (~115 MB): the first run records it, later runs start their JVM in about half the time.
-    class_data_sharing: bool = True
-    # Where batches without a transform run on a local master: "auto" and "local" in a
-    # pool of local processes without a JVM (spark_jobs/local.py); "spark" on Spark.
-    engine: Literal["auto", "spark", "local"] = "auto"
+    """The Spark session that lands batches."""
+
+    master: Str = Field(
+        default="local[*]",
+        description="Spark's master URL: local, local[N], local[*], local[N,F], "
+        "local-cluster[N,C,M], spark://host:port, yarn or k8s://...",
+    )
+    app_name: Str = Field(default="ingest", description="spark.app.name.")
+    conf: dict[Str, Str] = Field(
+        default_factory=dict, description="Extra Spark properties (spark.* -> value)."
+    )
+    class_data_sharing: Bool = Field(
+        default=True,
+        description="A class-data-sharing archive of the driver JVM's classes, kept in the "
+        "user's cache (~115 MB): the first run records it, later runs start their JVM in "
+        "about half the time.",
+    )
+    engine: Literal["auto", "spark", "local"] = Field(
+        default="auto",
+        description='Where batches without a transform run on a local master: "auto" and '
+        '"local" in a pool of local processes without a JVM (spark_jobs/local.py); "spark" '
+        "on Spark.",
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class MetricsSection:
-    listen: str | None = None  # "127.0.0.1:9464" serves Prometheus text
+    """Prometheus metrics."""
+
+    listen: Str | None = Field(
+        default=None,
+        description='"host:port" to serve Prometheus text on /metrics, e.g. '
+        '"127.0.0.1:9464"; unset: no server.',
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class LoggingSection:
-    format: Literal["kv", "json"] = "kv"
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Log records on stderr."""
+
+    format: Literal["kv", "json"] = Field(
+        default="kv", description='"kv": key=value lines; "json": one JSON object a line.'
+    )
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="The lowest level logged."
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class MaintenanceSection:
     """Table upkeep (``ingest/sink/maintenance.py``): in ``ingest run`` every ``interval``,
     between batches, on its own thread; ``ingest maintain`` runs one pass on demand."""
 
-    # Whether `ingest run` keeps the tables (`ingest maintain` always runs).
-    enabled: bool = True
-    interval: Duration = Duration(600)
-    compact: bool = True
-    # Files below this are compacted, into files of about this size.
-    target_file_size: Size = Size(128 * 1024**2)
-    # A checkpoint once the table moved this many versions past its last one (Delta's 10).
-    checkpoint_every: int = 10
-    # Commit files older than this go (Delta's default; at least 1h).
-    log_retention: Duration = Duration(30 * 86400)
-    vacuum: bool = True
-    # Removed data files older than this are deleted (Delta's 168h; at least 24h).
-    vacuum_retention: Duration = Duration(168 * 3600)
-    # Also files no commit names (orphans of a killed run), older than the retention.
-    vacuum_full: bool = True
+    enabled: Bool = Field(
+        default=True,
+        description="Whether `ingest run` keeps the tables (`ingest maintain` always runs).",
+    )
+    interval: Duration = Field(default=Duration(600), description="Time between passes.")
+    compact: Bool = Field(default=True, description="Compact small files.")
+    target_file_size: Size = Field(
+        default=Size(128 * 1024**2),
+        description="Files below this are compacted, into files of about this size "
+        "(at least 1MiB).",
+    )
+    checkpoint_every: Int = Field(
+        default=10,
+        description="A checkpoint once the table moved this many versions past its last "
+        "one (Delta's 10).",
+    )
+    log_retention: Duration = Field(
+        default=Duration(30 * 86400),
+        description="Commit files older than this go (Delta's default; at least 1h).",
+    )
+    vacuum: Bool = Field(default=True, description="VACUUM removed data files.")
+    vacuum_retention: Duration = Field(
+        default=Duration(168 * 3600),
+        description="Removed data files older than this are deleted (Delta's 168h; at least 24h).",
+    )
+    vacuum_full: Bool = Field(
+        default=True,
+        description="Also files no commit names (orphans of a killed run), older than the "
+        "retention.",
+    )
 
     # The floors (ingest.sink.maintenance says why; tests/test_config.py checks they agree).
-    VACUUM_FLOOR_HOURS = 24
-    LOG_RETENTION_FLOOR_SECONDS = 3600
+    VACUUM_FLOOR_HOURS: ClassVar[int] = 24
+    LOG_RETENTION_FLOOR_SECONDS: ClassVar[int] = 3600
 
 
-@dataclass(frozen=True)
+# The fields of IngestConfig that are not keys of the file.
+NOT_IN_FILE = frozenset({"path", "secrets"})
+
+
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", arbitrary_types_allowed=True))
 class IngestConfig:
-    kafka: KafkaSection
-    source: SourceSection
-    table: TableSection
-    fetch: FetchSection = field(default_factory=FetchSection)
-    worker: WorkerSection = field(default_factory=WorkerSection)
-    handoff: HandoffSection = field(default_factory=HandoffSection)
-    trigger: TriggerSection = field(default_factory=TriggerSection)
-    dead_letter: DeadLetterSection = field(default_factory=DeadLetterSection)
-    spark: SparkSection = field(default_factory=SparkSection)
-    metrics: MetricsSection = field(default_factory=MetricsSection)
-    logging: LoggingSection = field(default_factory=LoggingSection)
-    maintenance: MaintenanceSection = field(default_factory=MaintenanceSection)
-    path: str = "<memory>"
-    # Secrets resolved from the environment at load time, by dotted key.
-    secrets: Mapping[str, Secret] = field(default_factory=dict, repr=False)
+    """The configuration of `ingest run | replay | status | maintain`: one TOML file."""
+
+    kafka: KafkaSection = Field(description="The Kafka cluster ([kafka]).")
+    source: SourceSection = Field(description="The topics and the group ([source]).")
+    table: TableSection = Field(description="The Delta table ([table]).")
+    fetch: FetchSection = Field(default_factory=FetchSection, description="[fetch].")
+    worker: WorkerSection = Field(default_factory=WorkerSection, description="[worker].")
+    handoff: HandoffSection = Field(default_factory=HandoffSection, description="[handoff].")
+    trigger: TriggerSection = Field(default_factory=TriggerSection, description="[trigger].")
+    dead_letter: DeadLetterSection = Field(
+        default_factory=DeadLetterSection, description="[dead_letter]."
+    )
+    spark: SparkSection = Field(default_factory=SparkSection, description="[spark].")
+    metrics: MetricsSection = Field(default_factory=MetricsSection, description="[metrics].")
+    logging: LoggingSection = Field(default_factory=LoggingSection, description="[logging].")
+    maintenance: MaintenanceSection = Field(
+        default_factory=MaintenanceSection, description="[maintenance]."
+    )
+    # Not keys of the file (NOT_IN_FILE): where it was read, and the secrets resolved from
+    # the environment at load time, by dotted key.
+    path: SkipJsonSchema[str] = "<memory>"
+    secrets: SkipJsonSchema[Mapping[str, Secret]] = Field(default_factory=dict, repr=False)
 
     def table_storage_options(self) -> dict[str, str]:
         options = dict(self.table.storage_options)

@@ -9,8 +9,7 @@ from typing import Any
 
 from ingest.client import ClientConfig
 from ingest.client.config import SaslConfig, TlsConfig
-from ingest.config import IngestConfig
-from ingest.config.sections import TlsSection
+from ingest.config import IngestConfig, TlsSection
 from ingest.group import (
     ConsumerGroupConfig,
     CooperativeStickyAssignor,

@@ -1,0 +1,185 @@
+"""The sections of the Kafka side: [kafka] (with [kafka.tls], [kafka.sasl]), [source] and
+[fetch], declared as ``sections.py`` says."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
+
+# From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
+# ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
+from ingest.config import Duration, Size
+from ingest.config.units import SECTION, Bool, Int, Str
+
+Assignor = Literal["cooperative-sticky", "range", "roundrobin"]
+
+
+@dataclass(frozen=True, config=SECTION)
+class TlsSection:
+    """TLS to the brokers (security_protocol SSL or SASL_SSL)."""
+
+    ca_file: Str | None = Field(
+        default=None,
+        description="PEM file of the CAs that sign the brokers' certificates "
+        "(default: the system's trust store).",
+    )
+    cert_file: Str | None = Field(
+        default=None, description="PEM client certificate, for brokers that require mutual TLS."
+    )
+    key_file: Str | None = Field(default=None, description="PEM private key of cert_file.")
+    key_password_env: Str | None = Field(
+        default=None,
+        description="Name of the environment variable holding key_file's passphrase "
+        "(read at load; never the passphrase itself).",
+    )
+    check_hostname: Bool = Field(
+        default=True, description="Check that the broker's certificate names its host."
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class SaslSection:
+    """SASL authentication (security_protocol SASL_PLAINTEXT or SASL_SSL)."""
+
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        description="The SASL mechanism."
+    )
+    username: Str = Field(description="The SASL user name.")
+    password_env: Str = Field(
+        description="Name of the environment variable holding the password (read at load; "
+        "never the password itself)."
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class KafkaSection:
+    """The Kafka cluster: how to reach it and how long to wait for it."""
+
+    bootstrap_servers: list[Str] = Field(
+        description='Brokers to bootstrap from, as "host:port" (at least one).'
+    )
+    client_id: Str = Field(default="ingest", description="client.id sent to the brokers.")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="Kafka's security.protocol; SSL needs [kafka.tls] for anything but the "
+        "defaults, SASL_* needs [kafka.sasl].",
+    )
+    connect_timeout: Duration = Field(
+        default=Duration(10), description="How long a TCP (and TLS) connect may take."
+    )
+    request_timeout: Duration = Field(
+        default=Duration(30), description="How long one request may wait for its response."
+    )
+    retry_timeout: Duration = Field(
+        default=Duration(30),
+        description="How long a cluster operation (metadata, coordinator lookup) keeps "
+        "retrying; also how long `ingest run` waits for a bootstrap server at start.",
+    )
+    list_offsets: Literal["auto", "trust", "check"] = Field(
+        default="auto",
+        description='ListOffsets answers taken at their word ("trust") or checked against a '
+        'Fetch and the records ("check", for brokers that answer them wrongly, such as '
+        'Tansu 0.6.0). "auto" trusts a broker that offers OffsetForLeaderEpoch, as Apache '
+        "Kafka does.",
+    )
+    tls: TlsSection | None = Field(default=None, description="TLS settings ([kafka.tls]).")
+    sasl: SaslSection | None = Field(
+        default=None, description="SASL settings ([kafka.sasl]); required by SASL_* protocols."
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class SourceSection:
+    """The topics to read and the consumer group that owns their offsets."""
+
+    topics: list[Str] = Field(description="Topics to land in the table (at least one).")
+    group_id: Str = Field(description="The consumer group; its committed offsets are ours.")
+    group_instance_id: Str | None = Field(
+        default=None,
+        description="Static membership (KIP-345): a restart within session_timeout keeps "
+        "the assignment without a rebalance.",
+    )
+    assignors: list[Assignor] = Field(
+        default_factory=lambda: list[Assignor](["cooperative-sticky"]),
+        description="Client-side assignors (classic protocol), by preference. The rebalance "
+        "protocol is cooperative only when every assignor listed supports it (Kafka's rule): "
+        "the default keeps the workers of kept partitions running through a rebalance. A "
+        "group shared with librdkafka's defaults (range, roundrobin) needs "
+        '["cooperative-sticky", "range"], which makes every rebalance eager (docs/deploy.md).',
+    )
+    session_timeout: Duration = Field(
+        default=Duration(45),
+        description="How long the coordinator waits for a heartbeat before it removes the "
+        "member (classic protocol).",
+    )
+    heartbeat_interval: Duration = Field(
+        default=Duration(3),
+        description="How often the member heartbeats; shorter than session_timeout.",
+    )
+    rebalance_timeout: Duration = Field(
+        default=Duration(300),
+        description="How long a rebalance waits for the members to rejoin.",
+    )
+    auto_offset_reset: Literal["earliest", "latest", "fail"] = Field(
+        default="earliest",
+        description="Where a partition without a committed offset (or with one out of "
+        'range) starts; "fail" stops the run instead.',
+    )
+    isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
+        default="read_committed",
+        description="read_committed skips aborted transactions and stops at the last "
+        "stable offset.",
+    )
+    offsets_topic_partitions: Int = Field(
+        default=50,
+        description="The cluster's offsets.topic.num.partitions: which __consumer_offsets "
+        "partition holds the group (`ingest status`).",
+    )
+    leave_group_on_shutdown: Bool | None = Field(
+        default=None,
+        description="Send LeaveGroup on shutdown (a fast rebalance); unset: leave unless "
+        "group_instance_id is set.",
+    )
+    metadata_refresh: Duration = Field(
+        default=Duration(300),
+        description="How often the group's leader looks again at its topics' partition "
+        "counts: partitions added to a topic are assigned within this (Kafka's "
+        "metadata.max.age.ms).",
+    )
+    group_protocol: Literal["classic", "consumer"] = Field(
+        default="classic",
+        description='"classic" (JoinGroup/SyncGroup, the client-side assignors) or '
+        '"consumer" (KIP-848, Kafka 4.0+: ConsumerGroupHeartbeat, the coordinator assigns '
+        "with server_assignor; the session timeout and heartbeat interval are then the "
+        "group's, set on the broker).",
+    )
+    server_assignor: Literal["uniform", "range"] | None = Field(
+        default=None,
+        description='The coordinator\'s assignor (group_protocol "consumer"); unset: the '
+        "group's default.",
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class FetchSection:
+    """Fetch requests to the brokers."""
+
+    max_wait: Duration = Field(
+        default=Duration(0.5),
+        description="How long a broker may hold a Fetch waiting for min_bytes.",
+    )
+    min_bytes: Size = Field(
+        default=Size(1), description="The bytes a broker waits for before answering a Fetch."
+    )
+    max_bytes: Size = Field(
+        default=Size(50 * 1024**2), description="Most bytes one Fetch response may carry."
+    )
+    partition_max_bytes: Size = Field(
+        default=Size(8 * 1024**2),
+        description="Most bytes one partition may contribute to a Fetch response.",
+    )
+    check_crc: Bool = Field(
+        default=False, description="Check each record batch's CRC32C as it is read."
+    )
