@@ -34,6 +34,9 @@ Every exception the package raises on purpose derives from ``IngestError``::
     ├── SinkError                    Delta / Spark sink failures
     │   ├── StaleBatchError          a concurrent writer covered offsets of the batch: redo it
     │   │                            from its segments (ingest/sink/delta.py)
+    │   ├── UnsupportedTableFeature  the table uses a Delta feature ingest cannot honour for
+    │   │                            the write asked; refused before writing
+    │   │                            (ingest/sink/features.py)
     │   └── SparkStartError          the Spark session did not start (its JVM exited or never
     │                                answered): no later batch can land in this process
     ├── LogTruncationError           the log diverged below a restored position (KIP-320):
