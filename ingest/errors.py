@@ -36,6 +36,9 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   │                            from its segments (ingest/sink/delta.py)
     │   ├── LocalTaskError           a local-engine task process died: the batch is retried
     │   │                            on a new pool (spark_jobs/local.py)
+    │   ├── UnsupportedTableFeature  the table uses a Delta feature ingest cannot honour for
+    │   │                            the write asked; refused before writing
+    │   │                            (ingest/sink/features.py)
     │   └── SparkStartError          the Spark session did not start (its JVM exited or never
     │                                answered): no later batch can land in this process
     ├── LogTruncationError           the log diverged below a restored position (KIP-320):

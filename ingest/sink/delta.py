@@ -33,12 +33,14 @@ token the commit carries in its commitInfo (``ingest.commit``).
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
@@ -62,6 +64,7 @@ __all__ = [
     "commit_properties",
     "guard_transaction",
     "now_ms",
+    "operation_metrics",
 ]
 
 log = logging.getLogger("ingest.sink")
@@ -97,17 +100,46 @@ def now_ms() -> int:
 
 
 def commit_properties(
-    token: str, txns: Mapping[str, int], *, guarded: DeltaTable | None = None
+    token: str,
+    txns: Mapping[str, int],
+    *,
+    guarded: DeltaTable | None = None,
+    actions: Sequence[AddAction | RemoveAction] | None = None,
 ) -> CommitProperties:
     """A commit's properties: its token (to find its version again) and its txn actions;
     with ``guarded`` (the snapshot the commit was planned on), also the rewrite guard's
-    txn (``guard_transaction``)."""
+    txn (``guard_transaction``); with ``actions`` (a commit of add/remove actions), the
+    ``operationMetrics`` Delta Spark's DESCRIBE HISTORY shows (``operation_metrics``)."""
     transactions = [Transaction(app, v, last_updated=now_ms()) for app, v in sorted(txns.items())]
     if guarded is not None:
         transactions.append(guard_transaction(guarded))
-    return CommitProperties(
-        custom_metadata={COMMIT_TOKEN_KEY: token}, app_transactions=transactions
-    )
+    metadata: dict[str, Any] = {COMMIT_TOKEN_KEY: token}
+    if actions is not None:
+        metadata.update(operation_metrics(actions))
+    return CommitProperties(custom_metadata=metadata, app_transactions=transactions)
+
+
+def operation_metrics(actions: Sequence[AddAction | RemoveAction]) -> dict[str, Any]:
+    """commitInfo entries for a commit of ``actions``: ``operationMetrics`` named as Delta
+    Spark names a WRITE's (``numFiles``, ``numOutputRows``, ``numOutputBytes``; with
+    removes, ``numRemovedFiles`` and ``numRemovedBytes``), string values as Spark writes
+    them; and ``isBlindAppend`` when the commit only adds files (it read no data: Spark's
+    conflict checks then let a concurrent DELETE or UPDATE through, as with its own
+    appends). delta-rs writes no metrics for ``create_write_transaction``."""
+    adds = [a for a in actions if isinstance(a, AddAction)]
+    removes = [a for a in actions if isinstance(a, RemoveAction)]
+    metrics = {
+        "numFiles": len(adds),
+        "numOutputRows": sum(int(json.loads(a.stats or "{}").get("numRecords", 0)) for a in adds),
+        "numOutputBytes": sum(a.size for a in adds),
+    }
+    if removes:
+        metrics["numRemovedFiles"] = len(removes)
+        metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
+    return {
+        "operationMetrics": {key: str(value) for key, value in metrics.items()},
+        "isBlindAppend": not removes,
+    }
 
 
 def guard_transaction(table: DeltaTable) -> Transaction:
@@ -385,7 +417,9 @@ class DeltaTarget:
         with ``version_of``), or None when a concurrent commit won (after the backoff).
         ``guarded``: it removes files of ``table``, so it carries the rewrite guard."""
         token = uuid.uuid4().hex
-        properties = commit_properties(token, txns, guarded=table if guarded else None)
+        properties = commit_properties(
+            token, txns, guarded=table if guarded else None, actions=actions
+        )
         try:
             table.create_write_transaction(
                 list(actions),

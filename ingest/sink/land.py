@@ -74,6 +74,7 @@ from ingest.sink.deadletter import (
     rejected_dead_letters,
 )
 from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
+from ingest.sink.features import check_table
 from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.merge import upsert, upsert_source
 from ingest.sink.storage import TableLocation
@@ -314,6 +315,10 @@ class _Landing:
         """The txn versions of the table and of the dead-letter table (by app id) the
         batch is filtered with."""
         table = self.main.load()
+        # A feature turned on since the run started stops it before this batch writes.
+        check_table(self.config.uri, table, "upsert" if self.upserting else "append")
+        if self.batch.overwrite:
+            check_table(self.config.uri, table, "rewrite")
         self.main.check_partitioning(table)
         apps = list(self.apps.values())
         if not self.batch.overwrite:

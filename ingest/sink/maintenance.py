@@ -50,6 +50,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from ingest.errors import ConfigError, SinkError
 from ingest.sink.compact import Compaction, compact
+from ingest.sink.features import check_table
 from ingest.sink.storage import TableLocation
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "check_txn_retention",
     "interval_seconds",
     "last_checkpoint",
+    "load_table",
     "log_entries",
     "maintain",
 ]
@@ -137,7 +139,7 @@ def interval_seconds(text: str) -> float | None:
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
-def _load(location: TableLocation) -> DeltaTable | None:
+def load_table(location: TableLocation) -> DeltaTable | None:
     try:
         return DeltaTable(location.uri, storage_options=location.delta_options())
     except TableNotFoundError:
@@ -148,7 +150,7 @@ def _load(location: TableLocation) -> DeltaTable | None:
 
 def check_txn_retention(location: TableLocation, table: DeltaTable | None = None) -> None:
     """Refuses a table whose txn entries expire (see the module docstring)."""
-    table = table or _load(location)
+    table = table or load_table(location)
     if table is None:
         return
     configuration = table.metadata().configuration
@@ -198,15 +200,16 @@ def maintain(location: TableLocation, settings: UpkeepSettings) -> Upkeep:
         seconds[name] = round(now - started, 3)
         started = now
 
-    table = _load(location)
+    table = load_table(location)
     if table is None:
         return Upkeep(location.uri, skipped="no table yet")
     check_txn_retention(location, table)
     compaction = None
     if settings.compact:
+        check_table(location.uri, table, "rewrite")
         compaction = compact(location, target_size=settings.target_file_size, table=table)
         lap("compact")
-    table = _set_log_retention(location, _load(location) or table, settings)
+    table = _set_log_retention(location, load_table(location) or table, settings)
     checkpoint = None
     version = table.version()
     done = last_checkpoint(location)
@@ -241,11 +244,11 @@ def _set_log_retention(
         log.info("%s: setting %s lost a race: %s", location.uri, LOG_RETENTION_PROPERTY, exc)
         return table
     log.info("%s: %s = %r (was %r)", location.uri, LOG_RETENTION_PROPERTY, wanted, current)
-    return _load(location) or table
+    return load_table(location) or table
 
 
 def _vacuum(location: TableLocation, settings: UpkeepSettings) -> tuple[str, ...]:
-    table = _load(location)
+    table = load_table(location)
     if table is None:
         return ()
     hours = max(settings.vacuum_retention_hours, VACUUM_FLOOR_HOURS)

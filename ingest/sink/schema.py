@@ -23,8 +23,18 @@ __all__ = ["evolve", "nullable_schema", "schema_changes"]
 log = logging.getLogger("ingest.sink")
 
 
+def _without_metadata(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _without_metadata(v) for k, v in value.items() if k != "metadata"}
+    if isinstance(value, list):
+        return [_without_metadata(v) for v in value]
+    return value
+
+
 def _type_json(delta_field: Field) -> object:
-    return json.loads(delta_field.to_json())["type"]
+    """A column's type, without the metadata of nested fields (a table with column
+    mapping gives each its physical name and id; a batch's have none)."""
+    return _without_metadata(json.loads(delta_field.to_json())["type"])
 
 
 def schema_changes(table_schema: Schema, batch_schema: pa.Schema) -> list[Field]:

@@ -26,7 +26,8 @@ from typing import Any
 from ingest.config import IngestConfig
 from ingest.errors import ConfigError, IngestError
 from ingest.logs import event
-from ingest.sink.maintenance import Upkeep, check_txn_retention, maintain
+from ingest.sink.features import check_table
+from ingest.sink.maintenance import Upkeep, check_txn_retention, load_table, maintain
 from ingest.sink.storage import TableLocation
 from ingest.supervisor.settings import table_config, upkeep_settings
 
@@ -43,16 +44,26 @@ def _locations(config: IngestConfig) -> list[TableLocation]:
     ]
 
 
-def check_tables(config: IngestConfig) -> None:
-    """Refuses a target table (or dead-letter table) whose txn entries expire."""
-    for location in _locations(config):
-        check_txn_retention(location)
+def check_tables(config: IngestConfig, *, writing: bool = True) -> None:
+    """Refuses a target table (or dead-letter table) whose txn entries expire, or one
+    using a Delta feature ingest cannot honour (``ingest.sink.features``): for the
+    writes of the table's mode (``writing``), and for compaction when upkeep compacts."""
+    upkeep = config.maintenance
+    compacting = upkeep.compact and (upkeep.enabled or not writing)
+    mode = table_config(config).mode
+    for location, use in zip(_locations(config), (mode, "append"), strict=True):
+        table = load_table(location)
+        check_txn_retention(location, table)
+        if writing:
+            check_table(location.uri, table, use)
+        if compacting:
+            check_table(location.uri, table, "rewrite")
 
 
 def maintain_tables(config: IngestConfig) -> list[Upkeep]:
     """One upkeep pass over the table and its dead-letter table."""
     settings = upkeep_settings(config)
-    check_tables(config)
+    check_tables(config, writing=False)
     return [maintain(location, settings) for location in _locations(config)]
 
 

@@ -1,0 +1,313 @@
+"""Delta table features: which ones ingest writes through, and which it refuses before writing.
+
+Tables created by another writer (Delta Spark) carry features that ingest's commit
+path may not honour. ingest writes Parquet with pyarrow and commits add actions
+(``delta.py``: delta-rs ``create_write_transaction``, which checks nothing about
+the rows), or MERGEs with delta-rs (upsert). Measured with Delta Spark 4.4 and
+delta-rs 1.6.6 (tests/delta/test_interop.py):
+
+- column mapping (name or id): our files carry logical column names, so Spark
+  reads every appended row as nulls. A delta-rs MERGE writes physical names: fine.
+- generated columns: appended files lack them (Spark reads nulls, which break the
+  generation rule); a delta-rs MERGE computes them.
+- CHECK constraints and NOT NULL columns: the add-actions path never checks rows,
+  so a violating row would be committed (Spark then reads a NOT NULL column's null
+  as another row's value). A delta-rs MERGE checks them and fails the batch whole.
+- deletion vectors: appends add new files (no vector needed), a delta-rs MERGE
+  honours the vectors of the files it rewrites (no deleted row comes back); but
+  rewriting files (compaction, ``compact.py``; an overwrite's cut, ``rewrite.py``)
+  reads raw Parquet and would bring deleted rows back.
+- change data feed: appends need no cdc files (readers derive inserts from adds);
+  a delta-rs MERGE writes update pre/post images and deletes.
+- appendOnly (``delta.appendOnly = true``): an upsert's MERGE removes files; it is
+  refused (delta-rs only fails its commits over and over).
+
+``check_table(uri, table, use)`` refuses a table with a feature that ``FEATURES``
+marks unsupported for ``use`` (``append``, ``upsert``, or ``rewrite``: compaction and
+``replay --overwrite``, which rewrite files with pyarrow), or one
+ingest does not know, with ``UnsupportedTableFeature`` naming each feature and why.
+It is called where a run, a replay or an upkeep pass opens its tables, and again
+for each batch on the snapshot it plans on (a feature turned on mid-run stops the
+run before the batch writes anything). docs/delta-compat.md lists the rules and
+their tests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from deltalake import DeltaTable
+
+from ingest.errors import SinkError
+
+__all__ = [
+    "FEATURES",
+    "USES",
+    "FeatureRule",
+    "UnsupportedTableFeature",
+    "active_features",
+    "check_table",
+]
+
+Use = Literal["append", "upsert", "rewrite"]
+USES: tuple[Use, ...] = ("append", "upsert", "rewrite")
+
+
+class UnsupportedTableFeature(SinkError):
+    """A target table uses a Delta feature ingest cannot write (or keep) correctly for
+    what it was asked to do; raised before anything is written."""
+
+
+@dataclass(frozen=True)
+class FeatureRule:
+    """What ingest does with one table feature: per use, whether it writes through;
+    ``why`` explains a refusal; ``test`` names the test that pins it."""
+
+    append: bool
+    upsert: bool
+    rewrite: bool
+    why: str
+    test: str
+
+    def allows(self, use: Use) -> bool:
+        allowed: bool = getattr(self, use)
+        return allowed
+
+
+_INTEROP = "tests/delta/test_interop.py::"
+
+# Feature name (as Delta names it in readerFeatures/writerFeatures) -> rule. "notNull" is
+# no protocol feature: a NOT NULL column, which every writer must check (protocol
+# "Column Invariants"/nullability).
+FEATURES: Mapping[str, FeatureRule] = {
+    "appendOnly": FeatureRule(
+        append=True,
+        upsert=False,
+        rewrite=True,
+        why="delta.appendOnly = true forbids the MERGE's removes (delta-rs then only fails "
+        "its commits)",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+    "invariants": FeatureRule(
+        append=False,
+        upsert=False,
+        rewrite=True,
+        why="columns carry delta.invariants expressions, which no ingest write checks",
+        test="tests/sink/test_features.py::test_invariants_are_refused",
+    ),
+    "notNull": FeatureRule(
+        append=False,
+        upsert=True,
+        rewrite=True,
+        why="appended files are committed without checking NOT NULL columns (a null "
+        "would be committed; Spark then reads another value in its place)",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+    "checkConstraints": FeatureRule(
+        append=False,
+        upsert=True,
+        rewrite=True,
+        why="appended files are committed without evaluating CHECK constraints",
+        test=_INTEROP + "test_generated_columns_and_check_constraints",
+    ),
+    "generatedColumns": FeatureRule(
+        append=False,
+        upsert=True,
+        rewrite=True,
+        why="appended files lack the generated columns (Spark would read nulls)",
+        test=_INTEROP + "test_generated_columns_and_check_constraints",
+    ),
+    "columnMapping": FeatureRule(
+        append=False,
+        upsert=True,
+        rewrite=False,
+        why="the Parquet files ingest writes with pyarrow (appends, compaction, an overwrite's "
+        "cut) carry logical column names where the table expects physical ones (Spark would "
+        "read every such row as nulls)",
+        test=_INTEROP + "test_column_mapping",
+    ),
+    "deletionVectors": FeatureRule(
+        append=True,
+        upsert=True,
+        rewrite=False,
+        why="compaction and an overwrite's cut read the files' Parquet without their "
+        "deletion vectors and would bring deleted rows back",
+        test=_INTEROP + "test_deletion_vectors",
+    ),
+    "changeDataFeed": FeatureRule(
+        append=True,
+        upsert=True,
+        rewrite=True,
+        why="",
+        test=_INTEROP + "test_change_data_feed",
+    ),
+    "identityColumns": FeatureRule(
+        append=False,
+        upsert=False,
+        rewrite=True,
+        why="identity values are assigned by the writer; delta-rs and ingest assign none",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+    "rowTracking": FeatureRule(
+        append=False,
+        upsert=False,
+        rewrite=False,
+        why="row ids and commit versions are not assigned by delta-rs's commits",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+    "domainMetadata": FeatureRule(
+        append=False,
+        upsert=False,
+        rewrite=False,
+        why="it comes with clustering or row tracking, whose domains delta-rs's commits "
+        "do not keep",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+    "clustering": FeatureRule(
+        append=False,
+        upsert=False,
+        rewrite=False,
+        why="liquid clustering's metadata is not kept by delta-rs's commits",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+    "inCommitTimestamp": FeatureRule(
+        append=False,
+        upsert=False,
+        rewrite=False,
+        why="every commit must carry an in-commit timestamp; delta-rs 1.6 writes none",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+    "v2Checkpoint": FeatureRule(
+        append=False,
+        upsert=False,
+        rewrite=False,
+        why="delta-rs 1.6 neither reads nor writes v2 checkpoints",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+    "typeWidening": FeatureRule(
+        append=False,
+        upsert=False,
+        rewrite=False,
+        why="files older than a widening hold the narrower type; not tested with ingest",
+        test=_INTEROP + "test_refusals_name_the_feature",
+    ),
+}
+
+# Features a table may list (writer version 7) without using them: each is active only
+# when the table's metadata says so.
+_CONDITIONAL = (
+    "appendOnly",
+    "invariants",
+    "checkConstraints",
+    "generatedColumns",
+    "columnMapping",
+    "changeDataFeed",
+    "identityColumns",
+)
+_MAX_READER, _MAX_WRITER = 3, 7
+
+
+def _fields(table: DeltaTable) -> list[dict[str, Any]]:
+    schema: dict[str, Any] = json.loads(table.schema().to_json())
+    fields: list[dict[str, Any]] = schema.get("fields", [])
+    return fields
+
+
+def _true(configuration: Mapping[str, str | None], key: str) -> bool:
+    value = {k.lower(): v for k, v in configuration.items()}.get(key.lower())
+    return (value or "").strip().lower() == "true"
+
+
+def _used(table: DeltaTable) -> dict[str, str]:
+    """The conditional features the table's metadata uses, with what shows it."""
+    configuration = table.metadata().configuration
+    fields = _fields(table)
+    used: dict[str, str] = {}
+    if _true(configuration, "delta.appendOnly"):
+        used["appendOnly"] = "delta.appendOnly = true"
+    mode = {k.lower(): v for k, v in configuration.items()}.get("delta.columnmapping.mode")
+    if mode and mode.lower() != "none":
+        used["columnMapping"] = f"delta.columnMapping.mode = {mode}"
+    if _true(configuration, "delta.enableChangeDataFeed"):
+        used["changeDataFeed"] = "delta.enableChangeDataFeed = true"
+    constraints = sorted(k for k in configuration if k.lower().startswith("delta.constraints."))
+    if constraints:
+        used["checkConstraints"] = ", ".join(
+            f"{k.split('.', 2)[2]}: {configuration[k]}" for k in constraints
+        )
+
+    def named(key: str) -> list[str]:
+        return [f["name"] for f in fields if key in (f.get("metadata") or {})]
+
+    for feature, key in (
+        ("generatedColumns", "delta.generationExpression"),
+        ("invariants", "delta.invariants"),
+        ("identityColumns", "delta.identity.start"),
+    ):
+        if named(key):
+            used[feature] = "columns " + ", ".join(named(key))
+    not_null = [f["name"] for f in fields if f.get("nullable") is False]
+    if not_null:
+        used["notNull"] = "NOT NULL columns " + ", ".join(not_null)
+    return used
+
+
+def active_features(table: DeltaTable) -> dict[str, str]:
+    """Every feature the table uses (name -> what shows it): those its protocol lists
+    (reader and writer features), minus the conditional ones its metadata does not use,
+    plus the ones a legacy protocol (no feature lists) uses through its metadata."""
+    protocol = table.protocol()
+    listed: dict[str, str] = {}
+    for kind, names in (
+        ("reader", protocol.reader_features or []),
+        ("writer", protocol.writer_features or []),
+    ):
+        for name in names:
+            listed.setdefault(name, f"a {kind} feature")
+    used = _used(table)
+    active = {
+        name: used.get(name, how)
+        for name, how in listed.items()
+        if name not in _CONDITIONAL or name in used
+    }
+    for name, how in used.items():
+        active.setdefault(name, how)
+    return active
+
+
+def check_table(uri: str, table: DeltaTable | None, use: Use) -> None:
+    """Raises ``UnsupportedTableFeature`` if ``table`` (at ``uri``; None: not created yet,
+    so ingest creates it) uses a feature ingest cannot honour for ``use``."""
+    if table is None:
+        return
+    protocol = table.protocol()
+    problems: list[str] = []
+    if protocol.min_reader_version > _MAX_READER or protocol.min_writer_version > _MAX_WRITER:
+        problems.append(
+            f"protocol version reader {protocol.min_reader_version} / writer "
+            f"{protocol.min_writer_version} (ingest knows up to {_MAX_READER} / {_MAX_WRITER})"
+        )
+    for name, how in sorted(active_features(table).items()):
+        rule = FEATURES.get(name)
+        if rule is None:
+            problems.append(
+                f"table feature '{name}' ({how}), which ingest does not know; it was never "
+                f"tested with ingest's writes"
+            )
+        elif not rule.allows(use):
+            problems.append(f"table feature '{name}' ({how}): {rule.why}")
+    if problems:
+        doing = {
+            "append": "append to this table",
+            "upsert": "upsert into this table",
+            "rewrite": "rewrite this table's files (compaction, replay --overwrite; "
+            "set maintenance.compact = false to run without compaction)",
+        }[use]
+        raise UnsupportedTableFeature(
+            f"{uri}: ingest cannot {doing}: "
+            + "; ".join(problems)
+            + " (docs/delta-compat.md lists what each mode supports)"
+        )

@@ -1,0 +1,269 @@
+"""Delta Spark as the other party: tables it created as targets of ``ingest run`` (append and
+upsert), per table feature, either written correctly (Spark reads exactly the expected rows)
+or refused before anything is written, with a message naming the feature
+(``ingest.sink.features``; docs/delta-compat.md).
+
+One topic for the module (``interop_support``); each case is its own table and group, and
+each run is a short ``--until-end`` run on the session's Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from ingest.sink.features import UnsupportedTableFeature
+from ingest.supervisor.upkeep import check_tables
+from ingest.testing import KafkaCluster, create_topic, produce, unique_name
+from tests.delta.interop_support import (
+    COUNT,
+    SPARK_IDS,
+    appended_rows,
+    create_spark_table,
+    data_files,
+    run,
+    spark_rows,
+    topic_records,
+    upserted_rows,
+)
+from tests.runtime.support import config, write_config
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def topic(broker: KafkaCluster) -> Iterator[str]:
+    name = unique_name("t-interop")
+    create_topic(broker.bootstrap, name, partitions=2)
+    produce(broker.bootstrap, name, topic_records())
+    yield name
+
+
+def _run(spark: Any, tmp_path: Path, broker: KafkaCluster, topic: str, table: Path, **kw: Any):
+    return run(
+        spark,
+        tmp_path,
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        table=table,
+        group=unique_name("g-interop"),
+        **kw,
+    )
+
+
+def _refused(outcome: Any, table: Path, before: set[str], *names: str) -> None:
+    """The run failed, its message names each feature, and the table is as it was."""
+    assert outcome.exit_code == 1, outcome.message
+    for name in names:
+        assert f"table feature '{name}'" in outcome.message, outcome.message
+    assert data_files(table) == before, "the refused run wrote files"
+
+
+def test_default_features_partitioned_append_and_upsert(
+    broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path
+) -> None:
+    appended, upserted = tmp_path / "append", tmp_path / "upsert"
+    create_spark_table(spark, appended, partitioned=True)
+    create_spark_table(spark, upserted)
+    assert DeltaTable(str(appended)).protocol()[:2] == (1, 2)  # Delta Spark's defaults
+
+    outcome = _run(
+        spark,
+        tmp_path,
+        broker,
+        topic,
+        appended,
+        sections={"table": {"partition_by": ["partition"]}},
+    )
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, appended) == appended_rows()
+    by_partition = spark_rows(spark, appended, "partition, offset")
+    assert by_partition == sorted(
+        [(-1, i) for i in SPARK_IDS] + [(n % 2, n // 2) for n in range(COUNT)]
+    )
+
+    outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert")
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, upserted) == upserted_rows()
+
+
+def test_deletion_vectors(broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path) -> None:
+    """Spark deletes rows with deletion vectors; an append leaves them deleted, and an
+    upsert's MERGE, which rewrites the file holding them (ids 0-4 are in it), brings none
+    back. Compaction would (it reads raw Parquet): refused."""
+    dv = {"delta.enableDeletionVectors": "true"}
+    appended, upserted = tmp_path / "append", tmp_path / "upsert"
+    for table in (appended, upserted):
+        create_spark_table(spark, table, properties=dv)
+        spark.sql(f"DELETE FROM delta.`{table}` WHERE id IN (1001, 1003)")
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{table}` LIMIT 1").collect()[0]
+        assert int(history.operationMetrics["numDeletionVectorsAdded"]) == 1
+    kept = tuple(i for i in SPARK_IDS if i not in (1001, 1003))
+
+    assert _run(spark, tmp_path, broker, topic, appended).exit_code == 0
+    assert spark_rows(spark, appended) == appended_rows(kept)
+
+    outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert")
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, upserted) == upserted_rows(kept)
+
+    before = data_files(upserted)
+    outcome = _run(
+        spark,
+        tmp_path,
+        broker,
+        topic,
+        upserted,
+        mode="upsert",
+        sections={"maintenance": {"enabled": True, "compact": True}},
+    )
+    _refused(outcome, upserted, before, "deletionVectors")
+    assert "maintenance.compact = false" in outcome.message
+
+
+def test_column_mapping(broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path) -> None:
+    """Name mode: appended files would carry logical names (Spark reads nulls): refused
+    before writing. An upsert's MERGE (delta-rs) writes physical names: exact."""
+    name_mode = {"delta.columnMapping.mode": "name"}
+    appended, upserted = tmp_path / "append", tmp_path / "upsert"
+    create_spark_table(spark, appended, properties=name_mode)
+    create_spark_table(spark, upserted, properties=name_mode)
+
+    before, version = data_files(appended), DeltaTable(str(appended)).version()
+    outcome = _run(spark, tmp_path, broker, topic, appended)
+    _refused(outcome, appended, before, "columnMapping")
+    assert "delta.columnMapping.mode = name" in outcome.message
+    assert DeltaTable(str(appended)).version() == version
+
+    outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert")
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, upserted) == upserted_rows()
+    assert spark_rows(spark, upserted, "count(*)") == [(len(upserted_rows()),)]
+
+
+def test_change_data_feed(broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path) -> None:
+    """Appends: Spark's change feed shows every record as an insert. Upserts: the MERGE
+    writes the update pre/post images of Spark's colliding rows and the inserts."""
+    cdf = {"delta.enableChangeDataFeed": "true"}
+    appended, upserted = tmp_path / "append", tmp_path / "upsert"
+    create_spark_table(spark, appended, properties=cdf)
+    create_spark_table(spark, upserted, properties=cdf)
+
+    def changes(table: Path, since: int) -> list[Any]:
+        return sorted(
+            tuple(row)
+            for row in spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", since)
+            .load(str(table))
+            .select("id", "v", "_change_type")
+            .collect()
+        )
+
+    since = DeltaTable(str(appended)).version() + 1
+    assert _run(spark, tmp_path, broker, topic, appended).exit_code == 0
+    assert changes(appended, since) == sorted((n % 40, f"v{n}", "insert") for n in range(COUNT))
+
+    since = DeltaTable(str(upserted)).version() + 1
+    outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert")
+    assert outcome.exit_code == 0, outcome.message
+    latest = dict(upserted_rows(()))
+    expected = [(i, f"spark{i}", "update_preimage") for i in SPARK_IDS if i in latest]
+    expected += [(i, latest[i], "update_postimage") for i in SPARK_IDS if i in latest]
+    expected += [(i, v, "insert") for i, v in latest.items() if i not in SPARK_IDS]
+    assert changes(upserted, since) == sorted(expected)
+
+
+def test_generated_columns_and_check_constraints(
+    broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path
+) -> None:
+    """A partitioned table with a generated column and a CHECK constraint: appends are
+    refused (their files would lack id2 and nothing would check the constraint); an
+    upsert's MERGE computes id2 and checks the constraint; a batch breaking it fails
+    whole, and nothing is committed."""
+    options = {"partitioned": True, "generated": True}
+    appended, upserted, broken = tmp_path / "append", tmp_path / "upsert", tmp_path / "broken"
+    create_spark_table(spark, appended, constraint="id >= 0", **options)
+    create_spark_table(spark, upserted, constraint="id >= 0", **options)
+    create_spark_table(spark, broken, constraint="`partition` < 0 OR id < 30", **options)
+    partitioned = {"table": {"partition_by": ["partition"]}}
+
+    before = data_files(appended)
+    outcome = _run(spark, tmp_path, broker, topic, appended, sections=partitioned)
+    _refused(outcome, appended, before, "generatedColumns", "checkConstraints")
+
+    outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert", sections=partitioned)
+    assert outcome.exit_code == 0, outcome.message
+    rows = spark_rows(spark, upserted, "id, v, id2")
+    assert [(i, v) for i, v, _ in rows] == upserted_rows()
+    assert all(id2 == 2 * i for i, _, id2 in rows)
+
+    version = DeltaTable(str(broken)).version()
+    outcome = _run(spark, tmp_path, broker, topic, broken, mode="upsert", sections=partitioned)
+    assert outcome.exit_code == 1
+    assert "failed validation" in outcome.message, outcome.message
+    assert DeltaTable(str(broken)).version() == version
+    assert spark_rows(spark, broken) == [(i, f"spark{i}") for i in SPARK_IDS]
+
+
+REFUSED = {
+    "notNull": ("append", "id BIGINT NOT NULL, v STRING", ""),
+    "appendOnly": ("upsert", "id BIGINT, v STRING", "TBLPROPERTIES ('delta.appendOnly' = 'true')"),
+    "identityColumns": ("append", "id BIGINT GENERATED ALWAYS AS IDENTITY, v STRING", ""),
+    "rowTracking": (
+        "append",
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.enableRowTracking' = 'true')",
+    ),
+    "inCommitTimestamp": (
+        "append",
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')",
+    ),
+    "v2Checkpoint": (
+        "append",
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.checkpointPolicy' = 'v2')",
+    ),
+    "clustering": ("append", "id BIGINT, v STRING", "CLUSTER BY (id)"),
+    "typeWidening": (
+        "append",
+        "id BIGINT, v STRING",
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
+    ),
+}
+
+
+def test_refusals_name_the_feature(broker: KafkaCluster, spark: Any, tmp_path: Path) -> None:
+    """What ``ingest run`` checks at start, before joining or writing: a table Delta
+    Spark created with each feature ingest refuses for the mode is refused, naming it."""
+    for feature, (mode, columns, clause) in REFUSED.items():
+        table = tmp_path / feature
+        spark.sql(f"CREATE TABLE delta.`{table}` ({columns}) USING delta {clause}")
+        sections: dict[str, Any] = {"table": {"mode": mode}, "maintenance": {"enabled": False}}
+        if mode == "upsert":
+            sections["table"]["merge_keys"] = ["id"]
+        path = write_config(
+            tmp_path / f"{feature}.toml",
+            bootstrap=broker.bootstrap,
+            topic="unused",
+            group="unused",
+            table=table,
+            sections=sections,
+        )
+        with pytest.raises(UnsupportedTableFeature, match=f"table feature '{feature}'"):
+            check_tables(config(path))
+    # The same tables in the mode each feature allows pass (appendOnly: appends).
+    ok = write_config(
+        tmp_path / "ok.toml",
+        bootstrap=broker.bootstrap,
+        topic="unused",
+        group="unused",
+        table=tmp_path / "appendOnly",
+        sections={"maintenance": {"enabled": False}},
+    )
+    check_tables(config(ok))
