@@ -48,7 +48,7 @@ SMOKE = {
     "kill-worker": 200,
     "kill-supervisor": 200,
     "kill-spark": 202,  # batch_started #2: the JVM dies under a batch (200 and 201: at its start)
-    "kill-task": 200,  # a local-engine task process, at batch_started #1
+    "kill-task": 200,  # a local-engine task process, at worker_started #2
     "kill-between-commits": 0,  # after_delta_commit #1: the window between the two commits
     "broker-kill": 200,
     "broker-pause": 200,
