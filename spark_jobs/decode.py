@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from ingest.errors import ConfigError
-from ingest.sink.config import BASE_COLUMNS, DEAD_LETTER_COLUMN, DELETE_COLUMN
+from ingest.sink.config import BASE_COLUMNS, DEAD_LETTER_COLUMN, DELETE_COLUMN, TableConfig
 from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
 from spark_jobs.changes import (
     TOMBSTONE_DEAD_LETTER,
@@ -456,3 +456,16 @@ def _json(
     fields = pa.concat_tables([piece for _, _, piece in pieces]) if pieces else schema.empty_table()
     good = candidates if not failed else np.delete(candidates, sorted(failed))
     return fields, good, sorted(errors.items())
+
+
+def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec:
+    """How ``config``'s values decode, given its JSON schema in Arrow (None: not json)."""
+    return DecodeSpec(
+        config.value_format,
+        json_schema,
+        config.date_column,
+        tombstones=config.tombstones or "keep",
+        envelope=config.value_envelope,
+        merge_keys=config.merge_keys,
+        deletes=config.deletes,
+    )

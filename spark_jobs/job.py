@@ -52,11 +52,11 @@ from ingest.sink.deadletter import Rejected
 from ingest.sink.files import DataFile, read_data_file_footer, write_data_files
 from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles, land
 from ingest.sink.storage import TableLocation
-from spark_jobs.decode import DecodeSpec
+from spark_jobs.decode import DecodeSpec, table_spec
+from spark_jobs.plan import collect_rows
 from spark_jobs.source import (
     FILES_SCHEMA,
     KIND_DATA,
-    KIND_DEAD,
     ReadPlan,
     SegmentSource,
     SegmentTask,
@@ -84,15 +84,7 @@ def decode_spec(spark: Any, config: TableConfig) -> DecodeSpec:
         if not isinstance(struct, StructType):
             raise ConfigError("must list fields: 'name TYPE, ...'", key="table.value.schema")
         json_schema = to_arrow_schema(struct, timezone="UTC")
-    return DecodeSpec(
-        config.value_format,
-        json_schema,
-        config.date_column,
-        tombstones=config.tombstones or "keep",
-        envelope=config.value_envelope,
-        merge_keys=config.merge_keys,
-        deletes=config.deletes,
-    )
+    return table_spec(config, json_schema)
 
 
 _REGISTERED: set[int] = set()
@@ -175,18 +167,7 @@ class SparkFiles:
             dead_skip_through=request.dead_skip_through,
             parallelism=_parallelism(self.spark) if request.segments else 1,
         )
-        plan = ReadPlan(
-            mode="files",
-            token=request.token,
-            tasks=tasks,
-            spec=self.spec,
-            table=request.table,
-            dead=request.dead,
-            partition_by=request.partition_by,
-            prefix=request.prefix,
-            segment_options=request.segment_options,
-            ingest_time=request.ingest_time,
-        )
+        plan = ReadPlan.files(request, tasks, self.spec)
         return lambda: self._run(plan)
 
     def _run(self, plan: ReadPlan) -> WrittenFiles:
@@ -201,14 +182,7 @@ class SparkFiles:
                 _register(self.spark)  # ~1 s the first time; the arrow path needs no data source
                 rows, schema = _transform(self.spark, self.config, plan, self.spec)
             try:
-                for kind, text in rows:
-                    if kind == KIND_DATA:
-                        data.append(DataFile.from_json(text))
-                    elif kind == KIND_DEAD:
-                        dead.append(DataFile.from_json(text))
-                    else:
-                        topic, partition, offset, message = json.loads(text)
-                        rejected.append((topic, int(partition), int(offset), message))
+                data, dead, rejected = collect_rows(rows)
                 if self.path == "spark":
                     names = [
                         f"{dead_letter_name(plan.token, i)}-0.parquet"

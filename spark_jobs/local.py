@@ -31,8 +31,8 @@ from ingest.errors import SinkError
 from ingest.sink.config import TableConfig
 from ingest.sink.files import DataFile
 from ingest.sink.land import WriteRequest, WrittenFiles
-from spark_jobs.decode import DecodeSpec
-from spark_jobs.plan import KIND_DATA, KIND_DEAD, ReadPlan, SegmentTask, encode_plan
+from spark_jobs.decode import DecodeSpec, table_spec
+from spark_jobs.plan import ReadPlan, SegmentTask, collect_rows, encode_plan
 from spark_jobs.task_process import TASK_PROCESS_NAME, ready, run_task, task_process_start
 from spark_jobs.tasks import group_segments
 
@@ -66,15 +66,7 @@ def local_decode_spec(config: TableConfig) -> DecodeSpec | None:
         json_schema = arrow_schema(config.value_schema or "")
         if json_schema is None:
             return None
-    return DecodeSpec(
-        config.value_format,
-        json_schema,
-        config.date_column,
-        tombstones=config.tombstones or "keep",
-        envelope=config.value_envelope,
-        merge_keys=config.merge_keys,
-        deletes=config.deletes,
-    )
+    return table_spec(config, json_schema)
 
 
 class LocalTasks:
@@ -146,35 +138,14 @@ class LocalFiles:
             dead_skip_through=request.dead_skip_through,
             parallelism=self.tasks.cores,
         )
-        plan = ReadPlan(
-            mode="files",
-            token=request.token,
-            tasks=tasks,
-            spec=self.spec,
-            table=request.table,
-            dead=request.dead,
-            partition_by=request.partition_by,
-            prefix=request.prefix,
-            segment_options=request.segment_options,
-            ingest_time=request.ingest_time,
-        )
+        plan = ReadPlan.files(request, tasks, self.spec)
         return lambda: self._run(plan)
 
     def _run(self, plan: ReadPlan) -> WrittenFiles:
         data: list[DataFile] = []
         dead: list[DataFile] = []
         if plan.tasks:
-            rows = self.tasks.run(plan)
-            try:
-                for kind, text in rows:
-                    if kind == KIND_DATA:
-                        data.append(DataFile.from_json(text))
-                    elif kind == KIND_DEAD:
-                        dead.append(DataFile.from_json(text))
-            except BaseException:
-                plan.table.delete(f.path for f in data)
-                plan.dead.delete(f.path for f in dead)
-                raise
+            data, dead, _ = collect_rows(self.tasks.run(plan))  # files tasks reject nothing
         return WrittenFiles(
             data=tuple(data),
             dead=tuple(dead),

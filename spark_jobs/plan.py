@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import pickle
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ingest.handoff import read_segment
-from ingest.sink.files import write_data_files
+from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.storage import TableLocation
 from spark_jobs.decode import DecodeSpec, decode, drop_through, spark_records
+
+if TYPE_CHECKING:  # the landing protocol's types; a task process never imports it
+    from ingest.sink.deadletter import Rejected
+    from ingest.sink.land import WriteRequest
 
 __all__ = [
     "FILES_SCHEMA",
@@ -34,6 +39,7 @@ __all__ = [
     "KIND_DEAD",
     "ReadPlan",
     "SegmentTask",
+    "collect_rows",
     "dead_letter_name",
     "decode_plan",
     "encode_plan",
@@ -75,6 +81,24 @@ class ReadPlan:
     prefix: str = ""  # where data files go inside the table location
     segment_options: Mapping[str, Any] = field(default_factory=dict)
     ingest_time: dt.datetime | None = None
+
+    @classmethod
+    def files(
+        cls, request: WriteRequest, tasks: tuple[SegmentTask, ...], spec: DecodeSpec
+    ) -> ReadPlan:
+        """A ``files`` plan for one write of the landing protocol."""
+        return cls(
+            mode="files",
+            token=request.token,
+            tasks=tasks,
+            spec=spec,
+            table=request.table,
+            dead=request.dead,
+            partition_by=request.partition_by,
+            prefix=request.prefix,
+            segment_options=request.segment_options,
+            ingest_time=request.ingest_time,
+        )
 
 
 def encode_plan(plan: ReadPlan) -> str:
@@ -120,3 +144,22 @@ def files_task(plan: ReadPlan, index: int) -> list[tuple[str, str]]:
     return [(KIND_DATA, f.to_json()) for f in files] + [
         (KIND_DEAD, f.to_json()) for f in dead_files
     ]
+
+
+def collect_rows(
+    rows: Iterable[tuple[str, str]],
+) -> tuple[list[DataFile], list[DataFile], list[Rejected]]:
+    """The (kind, text) rows tasks return, as data files, dead-letter files and the rows a
+    transform rejected (topic, partition, offset, reason)."""
+    data: list[DataFile] = []
+    dead: list[DataFile] = []
+    rejected: list[Rejected] = []
+    for kind, text in rows:
+        if kind == KIND_DATA:
+            data.append(DataFile.from_json(text))
+        elif kind == KIND_DEAD:
+            dead.append(DataFile.from_json(text))
+        else:
+            topic, partition, offset, message = json.loads(text)
+            rejected.append((topic, int(partition), int(offset), message))
+    return data, dead, rejected
