@@ -8,7 +8,6 @@ tables and nothing outside the range changes.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +77,7 @@ def overwrite_200_to_599(cfg: Any, spark: Any) -> Any:
         partitions=[0],
         overwrite=True,
         spark=spark,
-        progress=Progress("replay", stream=io.StringIO(), tty=False),
+        progress=Progress("replay"),
     ).run()
 
 

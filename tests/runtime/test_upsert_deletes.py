@@ -9,7 +9,6 @@ batches. ``verify_upsert`` replays the topic by the rule stated here and compare
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +138,7 @@ def test_tombstones_delete_their_keys_and_the_last_change_by_offset_wins(
         cfg,
         start=Position("earliest"),
         spark=spark,
-        progress=Progress("replay", stream=io.StringIO(), tty=False),
+        progress=Progress("replay"),
     ).run()
     assert replay.exit_code == 0, replay.message
     run(cfg, spark)
