@@ -3,6 +3,7 @@ between its two commits."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import signal
@@ -10,7 +11,7 @@ import time
 from collections.abc import Mapping
 
 from ingest.testing import unique_name
-from ingest.testing.faults import fault_point_env, kill
+from ingest.testing.faults import ProcessInfo, fault_point_env, kill
 from tests.chaos.pieces import (
     PARTITIONS,
     CaseFailed,
@@ -64,6 +65,17 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
         producer = Producer(setup, rng.randint(3, 8))
         if not wait_moment(run, when):
             raise CaseFailed(f"the run ended before the fault moment {when}")
+        stopped: list[ProcessInfo] = []
+        if pick == "worker":
+            # The victim is stopped (SIGSTOP) before the burst, so the burst is still to
+            # fetch when it is killed: a restart at a wrong offset cannot go unseen. (Left
+            # running, a worker fetched the burst as fast as it was produced once batches
+            # landed without a JVM: 680 records were left at the kill once.)
+            victims = [p for p in run.tree() if p.kind == "worker"]
+            if not victims:
+                raise CaseFailed("no live worker at the fault moment")
+            stopped = [rng.choice(victims)]
+            os.kill(stopped[0].pid, signal.SIGSTOP)
         if pick in ("worker", "supervisor"):
             # A burst larger than a worker's buffer share, then the kill: it comes with
             # records fetched and not landed, and more still to fetch, so a restart at a
@@ -72,10 +84,7 @@ def _kill_case(env: ChaosEnv, name: str, seed: int, pick: str) -> Outcome:
             produce_rounds(setup, BURST)
         tree = run.tree()
         if pick == "worker":
-            victims = [p for p in tree if p.kind == "worker"]
-            if not victims:
-                raise CaseFailed("no live worker at the fault moment")
-            chosen = [rng.choice(victims)]
+            chosen = stopped
             log_ends = end_offsets(setup)
         elif pick in ("jvm", "task"):
             # Spark (or the local engine's pool) starts in the background on first need: at
