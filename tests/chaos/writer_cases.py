@@ -8,6 +8,7 @@ import re
 import threading
 import time
 
+from ingest.testing.faults import fault_point_env
 from tests.chaos.pieces import (
     PARTITIONS,
     ChaosEnv,
@@ -32,7 +33,14 @@ def concurrent_writer(env: ChaosEnv, seed: int) -> Outcome:
         env, rng, name, total=(60_000, 90_000), sections={"trigger": {"max_bytes": "256KiB"}}
     )
     delay = round(rng.uniform(0.0, 0.5), 2)
-    outcome = Outcome(name, seed, f"replay starts {delay}s after the run")
+    # The replay holds its first batch with files written for a while before its Delta
+    # commit, so the run surely commits the same partitions meanwhile: on the local
+    # engine a batch lasts ~50 ms, and in one CI run the two writers alternated for 20
+    # batches without ever meeting (both exact, no race to show).
+    hold = round(rng.uniform(0.3, 0.8), 2)
+    outcome = Outcome(
+        name, seed, f"replay starts {delay}s after the run, holds its first commit {hold}s"
+    )
     run = Run(
         ["run", "-c", str(setup.path), "--until-end"],
         setup.work / "run.log",
@@ -41,7 +49,9 @@ def concurrent_writer(env: ChaosEnv, seed: int) -> Outcome:
     try:
         time.sleep(delay)
         replay = Run(
-            ["replay", "-c", str(setup.path), "--from", "earliest"], setup.work / "replay.log"
+            ["replay", "-c", str(setup.path), "--from", "earliest"],
+            setup.work / "replay.log",
+            env=fault_point_env("before_delta_commit", 1, stall=hold),
         )
         outcome.exit_codes.append(run.wait(240))
         outcome.exit_codes.append(replay.wait(240))
