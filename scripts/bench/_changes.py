@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _pipeline import json_value
+from _pipeline import await_leaders, json_value
 
 
 def produce_changes(bootstrap: str, topic: str, partitions: int, total: int, keys: int) -> float:
@@ -36,6 +36,7 @@ def produce_changes(bootstrap: str, topic: str, partitions: int, total: int, key
         if err is not None:
             errors.append(str(err))
 
+    await_leaders(producer, topic, partitions)
     began = time.perf_counter()
     for i in range(total):
         key = i % keys

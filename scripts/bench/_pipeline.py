@@ -67,6 +67,22 @@ def json_value(record_id: int, ts_ms: int, size: int = VALUE_BYTES) -> bytes:
     return head + b"x" * (size - len(head) - 2) + b'"}'
 
 
+def await_leaders(producer: Any, topic: str, partitions: int, timeout: float = 30) -> None:
+    """Waits until the producer knows a leader for each partition of a topic just created.
+    Records produced before that wait in librdkafka's unassigned queue and may be sent
+    after later ones (measured: partition 0 of a fresh topic held ids 8471.. at offsets
+    0.., then 0..8470), even with one request in flight."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = producer.list_topics(topic, timeout=5).topics.get(topic)
+        known = found is not None and found.error is None and len(found.partitions) == partitions
+        if known and all(p.leader >= 0 for p in found.partitions.values()):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic}: no leader for every partition after {timeout:g}s")
+        time.sleep(0.1)
+
+
 def produce_json(
     bootstrap: str,
     topic: str,
@@ -96,6 +112,7 @@ def produce_json(
         if err is not None:
             errors.append(str(err))
 
+    await_leaders(producer, topic, partitions)
     began = time.perf_counter()
     for partition in range(partitions):
         base = partition * per_partition
