@@ -163,10 +163,20 @@ def _finish(outcome: Any) -> int:
     return int(outcome.exit_code)
 
 
+def _start_fork_server(config: Any) -> None:
+    """The workers' fork server starts now and imports on the other core while this
+    process imports the supervisor and joins; started later, the first worker waited for
+    it (measured: assignment to first worker 0.33 s on a 100k-record --until-end run)."""
+    from ingest.processes import start_fork_server
+
+    start_fork_server(tasks=config.spark.engine != "spark")
+
+
 def _run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 0
+    _start_fork_server(config)
     _check_bootstrap(config)
     from ingest.supervisor.group_run import group_run
 
@@ -182,6 +192,7 @@ def _replay(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 0
+    _start_fork_server(config)
     _check_bootstrap(config)
     from ingest.supervisor.replay import parse_partitions, parse_position, replay_run
 

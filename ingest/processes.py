@@ -1,10 +1,69 @@
-"""Facts about other processes, shared by the supervisor and the test harness."""
+"""Facts about other processes, shared by the supervisor and the test harness; and the
+fork server the partition workers and the local engine's task processes fork from.
+
+The fork server is a fresh interpreter that imports the workers' modules once
+(``ingest.worker.process``, and the local engine's task modules named with
+``preload_in_fork_server`` before it starts); every fork inherits them. It lives here,
+with nothing imported, so ``ingest run`` can start it on the other core right after the
+config loads, while the supervisor still imports its own modules and joins the group.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
+import threading
+from multiprocessing.context import ForkServerContext
 
-__all__ = ["pid_alive"]
+__all__ = [
+    "TASK_MODULES",
+    "fork_context",
+    "pid_alive",
+    "preload_in_fork_server",
+    "start_fork_server",
+]
+
+# What the fork server imports: the worker's module, then the local engine's task modules.
+_PRELOAD: list[str] = ["ingest.worker.process"]
+# The local engine's task modules (spark_jobs/local.py); by name, nothing is imported here.
+TASK_MODULES = ("spark_jobs.task_process",)
+
+
+def preload_in_fork_server(*modules: str) -> None:
+    """Has the fork server import ``modules`` too, if it has not started yet: the
+    processes forked from it for other jobs (the local engine's tasks) start with them."""
+    _PRELOAD.extend(m for m in modules if m not in _PRELOAD)
+
+
+def fork_context() -> ForkServerContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(_PRELOAD))
+    return context
+
+
+def start_fork_server(*, tasks: bool = False) -> None:
+    """Starts the fork server now, once (it imports in the background), with SIGINT
+    ignored so that its forks ignore it from their first instruction: Ctrl-C reaches the
+    whole process group, and stopping workers is the supervisor's business. ``tasks``:
+    it imports the local engine's task modules too."""
+    if tasks:
+        preload_in_fork_server(*TASK_MODULES)
+    fork_context()
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    # Blocked while the disposition is SIG_IGN, so a Ctrl-C in this window is not lost:
+    # it is delivered to our own handler once unblocked.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def pid_alive(pid: int) -> bool:

@@ -37,7 +37,6 @@ from spark_jobs.task_process import TASK_PROCESS_NAME, ready, run_task, task_pro
 from spark_jobs.tasks import group_segments
 
 __all__ = [
-    "TASK_MODULES",
     "TASK_PROCESS_NAME",
     "LocalFiles",
     "LocalTaskError",
@@ -46,8 +45,7 @@ __all__ = [
 ]
 
 # What a task process imports; the supervisor has the fork server import it too
-# (``ingest.worker.process.preload_in_fork_server``), so tasks start with it imported.
-TASK_MODULES = ("spark_jobs.task_process",)
+# (``ingest.processes.preload_in_fork_server``), so tasks start with it imported.
 # How long each warm-up task holds its process, so every core gets one.
 WARM_HOLD_S = 0.1
 

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "group": {"errors", "protocol"},
     "handoff": {"errors", "protocol"},
     "config": {"errors", "ddl", "client"},
-    "worker": {"errors", "logs", "protocol", "client", "handoff"},
+    "worker": {"errors", "logs", "processes", "protocol", "client", "handoff"},
     "sink": {"errors", "faults", "protocol", "handoff"},
     "spark_jobs": {"errors", "faults", "processes", "ddl", "protocol", "handoff", "sink"},
     "testing": {
@@ -52,7 +52,7 @@ ALLOWED: dict[str, set[str]] = {
         "sink",
         "spark_jobs",
     },
-    "cli": {"errors", "logs", "config", "client", "supervisor", "testing"},
+    "cli": {"errors", "logs", "processes", "config", "client", "supervisor", "testing"},
     "__init__": set(),
     "__main__": {"cli"},
 }

@@ -42,7 +42,6 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import ConfigError, SinkError
@@ -107,6 +106,10 @@ def upsert_source(
     those without a merge key (None: none). With ``deletes`` the rows must carry
     ``DELETE_COLUMN`` (a null there is a false)."""
     if files:
+        # Here, not at the top: pyarrow.dataset imports pandas (0.2 s), which an append
+        # run's supervisor, importing this module through land.py, never needs.
+        import pyarrow.dataset as pads
+
         filesystem, root = location.filesystem()
         dataset = pads.dataset(
             [f"{root}/{f.path}" for f in files], format="parquet", filesystem=filesystem

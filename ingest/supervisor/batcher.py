@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ingest.config import TriggerSection
@@ -33,8 +33,10 @@ class Batcher:
         spark: SparkProvider,
         store: HandoffStore,
         cap: GlobalBufferCap,
+        on_done: Callable[[], None] | None = None,
     ) -> None:
         self.trigger = trigger
+        self.on_done = on_done  # called on the batch's thread when it ends
         self.table = table
         self.spark = spark
         self.store = store
@@ -96,7 +98,7 @@ class Batcher:
 
         self.count += 1
         incarnations = {p: states[p].incarnation for p in selection.items}
-        self.running = BatchThread(self.count, selection, incarnations, work)
+        self.running = BatchThread(self.count, selection, incarnations, work, self.on_done)
         event(
             log,
             "batch_started",

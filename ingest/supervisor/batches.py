@@ -152,8 +152,10 @@ class BatchThread:
         selection: Selection,
         incarnations: Mapping[Partition, int],
         work: Callable[[], Any],
+        on_done: Callable[[], None] | None = None,
     ) -> None:
         self.number = number
+        self._on_done = on_done
         self.selection = selection
         self.incarnations = dict(incarnations)
         self.started = time.monotonic()
@@ -173,6 +175,8 @@ class BatchThread:
             self._error = exc
         finally:
             self._done.set()
+            if self._on_done is not None:
+                self._on_done()
 
     @property
     def partitions(self) -> frozenset[Partition]:

@@ -162,7 +162,7 @@ class GroupSource:
                 self.engine.spark.warm()
         else:
             self.engine.spark.warm()
-        self.member = GroupMember(self.engine.client, self.group)
+        self.member = GroupMember(self.engine.client, self.group, notify=self.engine.wakeup.set)
         self.member.subscribe(topics)
         event(
             log,

@@ -39,7 +39,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TypeVar
 
@@ -73,6 +73,20 @@ __all__ = ["Event", "GroupMember", "MemberStatus", "check_commit"]
 
 # What poll() returns: the machine's events (its driver instructions never leave the thread).
 Event = Output
+
+
+class _NotifyingQueue(queue.SimpleQueue["Event | Stopped"]):
+    """The events queue, calling ``notify`` after each put (``notify`` of ``GroupMember``:
+    the caller's loop wakes up for the event)."""
+
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self._notify = notify
+
+    def put(self, item: Event | Stopped, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item, block, timeout)
+        self._notify()
+
+
 A = TypeVar("A")
 B = TypeVar("B")
 
@@ -120,11 +134,14 @@ class GroupMember:
         config: GroupConfig | ConsumerGroupConfig,
         *,
         name: str = "",
+        notify: Callable[[], None] | None = None,
     ) -> None:
         self.client_config = client
         self.config = config
         self._commands: queue.SimpleQueue[Command | Close] = queue.SimpleQueue()
-        self._events: queue.SimpleQueue[Event | Stopped] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[Event | Stopped] = (
+            queue.SimpleQueue() if notify is None else _NotifyingQueue(notify)
+        )
         self._closing = False
         self._stopped: Stopped | None = None
         # Everything the membership thread owns (the machine, the cluster connections):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing.connection
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -16,13 +14,15 @@ from ingest.config import WorkerSection
 from ingest.group import Partition
 from ingest.handoff import CorruptRangeReported, HandoffStore, SegmentSealed
 from ingest.logs import event
+from ingest.processes import start_fork_server
 from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
 from ingest.supervisor.batches import Item, item_id
 from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.partitions import Change, PartitionState
-from ingest.worker import Event, Release, WorkerHandle, WorkerSettings, prestart_fork_server
+from ingest.supervisor.wakeup import Wakeup
+from ingest.worker import Event, Release, WorkerHandle, WorkerSettings
 
-__all__ = ["WorkerPool", "prestart_workers", "spawn_worker"]
+__all__ = ["WorkerPool", "spawn_worker"]
 
 log = logging.getLogger("ingest.supervisor")
 
@@ -33,25 +33,8 @@ def spawn_worker(settings: WorkerSettings) -> WorkerHandle:
     """Spawns a worker that ignores SIGINT: Ctrl-C reaches the whole process group, and
     stopping workers is the supervisor's business (a graceful stop seals their segments).
     Workers fork from the fork server, which ignores SIGINT from its start."""
-    prestart_workers()
+    start_fork_server()
     return WorkerHandle.spawn(settings, ignore_sigint=True)
-
-
-def prestart_workers() -> None:
-    """Starts the workers' fork server (once) with SIGINT ignored, so that its forks
-    ignore it from their first instruction."""
-    if threading.current_thread() is not threading.main_thread():
-        prestart_fork_server()
-        return
-    # Blocked while the disposition is SIG_IGN, so a Ctrl-C in this window is not lost:
-    # it is delivered to our own handler once unblocked.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        prestart_fork_server()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 class WorkerPool:
@@ -104,17 +87,21 @@ class WorkerPool:
         pairs += [(None, h) for h in self.retiring]
         return pairs
 
-    def pump(self, timeout: float) -> None:
+    def pump(self, timeout: float, wakeup: Wakeup | None = None) -> None:
+        """Waits up to ``timeout`` for a worker's event or exit, or for ``wakeup`` (a
+        thread's news), then handles what the workers sent."""
         pairs = self.live_handles()
-        if not pairs:
-            time.sleep(timeout)
-            return
-        waitables: list[Any] = []
+        waitables: list[Any] = [] if wakeup is None else [wakeup]
         for _, handle in pairs:
             if not handle.events_closed:
                 waitables.append(handle.connection)
             waitables.append(handle.sentinel)
-        multiprocessing.connection.wait(waitables, timeout)
+        if waitables:
+            multiprocessing.connection.wait(waitables, timeout)
+        else:
+            time.sleep(timeout)
+        if wakeup is not None:
+            wakeup.clear()
         for state, handle in pairs:
             events = handle.receive(0.0)
             if state is None:

@@ -58,6 +58,7 @@ from ingest.group import (
 )
 from ingest.handoff import HandoffStore, SegmentSealed
 from ingest.logs import event
+from ingest.processes import start_fork_server
 from ingest.supervisor.backpressure import GlobalBufferCap
 from ingest.supervisor.batcher import Batcher, jvm_exit_code, owner_of
 from ingest.supervisor.batches import (
@@ -68,7 +69,7 @@ from ingest.supervisor.batches import (
 from ingest.supervisor.intake import Intake
 from ingest.supervisor.metrics import Metrics, MetricsServer
 from ingest.supervisor.partitions import Change, PartitionState
-from ingest.supervisor.pool import WorkerPool, prestart_workers
+from ingest.supervisor.pool import WorkerPool
 from ingest.supervisor.settings import (
     client_config,
     fetch_settings,
@@ -82,6 +83,7 @@ from ingest.supervisor.space import HandoffSpace
 from ingest.supervisor.sparksession import SparkProvider
 from ingest.supervisor.status import collect_lag
 from ingest.supervisor.upkeep import TableKeeper, check_tables
+from ingest.supervisor.wakeup import Wakeup
 from ingest.worker import (
     EndPosition,
     StartPosition,
@@ -130,7 +132,10 @@ class Engine:
         self.cap = GlobalBufferCap(wanted.max_buffered_bytes, wanted.max_buffered_bytes // 2)
         self.store = HandoffStore(handoff_config(config))
         self.space = HandoffSpace(wanted, self.store, self.cap)
-        self.batcher = Batcher(config.trigger, self.table, self.spark, self.store, self.cap)
+        self.wakeup = Wakeup()
+        self.batcher = Batcher(
+            config.trigger, self.table, self.spark, self.store, self.cap, self.wakeup.set
+        )
         self.rows_written = 0
         self.last_table_version: int | None = None
         self._incarnation = 0
@@ -221,7 +226,7 @@ class Engine:
     def _open(self) -> None:
         self.store.open()
         self.space.measure()  # refuses a handoff too small for even one partition
-        prestart_workers()  # imports in the background while we join or list offsets
+        start_fork_server()  # imports in the background while we join or list offsets
         listen = self.config.metrics.listen
         if listen:
             self._metrics_server = MetricsServer(
@@ -234,7 +239,7 @@ class Engine:
 
     def _step(self) -> None:
         self.source.poll()
-        self.pool.pump(_LOOP_WAIT)
+        self.pool.pump(_LOOP_WAIT, self.wakeup)
         self.pool.restart_due()
         if self.batch is not None and self.batch.done():
             self._finish_batch()
@@ -274,6 +279,7 @@ class Engine:
         if not running:
             self.store.close()
             self.spark.stop()
+        self.wakeup.close()
 
     def _begin_shutdown(self) -> None:
         self.stopping = True

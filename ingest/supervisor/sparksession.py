@@ -412,8 +412,8 @@ class LocalEngine:
         """The local engine when ``[spark] engine`` and the table allow it."""
         if section.engine == "spark":
             return None
-        from ingest.worker.process import preload_in_fork_server
-        from spark_jobs.local import TASK_MODULES, local_decode_spec
+        from ingest.processes import TASK_MODULES, preload_in_fork_server
+        from spark_jobs.local import local_decode_spec
 
         cores = local_cores(section.master)
         spec = local_decode_spec(table)

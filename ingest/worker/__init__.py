@@ -27,7 +27,7 @@ from ingest.worker.messages import (
     WorkerFinished,
     WorkerStarted,
 )
-from ingest.worker.process import WorkerHandle, prestart_fork_server
+from ingest.worker.process import WorkerHandle
 from ingest.worker.results import CorruptRange, FetchResult, OffsetReset, UnreadableCorruption
 from ingest.worker.session import FetchSession
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition, WorkerSettings
@@ -61,5 +61,4 @@ __all__ = [
     "WorkerHandle",
     "WorkerSettings",
     "WorkerStarted",
-    "prestart_fork_server",
 ]

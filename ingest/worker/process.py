@@ -4,7 +4,7 @@
 "forkserver" context: a fork of a server that is itself a fresh interpreter
 holding nothing but this module's imports, never a fork of a parent that may
 hold a Spark context, sockets or threads. A worker then starts in ~10 ms
-instead of paying ~0.4 CPU s of imports each (``prestart_fork_server`` starts it
+instead of paying ~0.4 CPU s of imports each (``ingest.processes.start_fork_server`` starts it
 early, while the supervisor is still joining). Two one-way pipes connect them: controls
 down (``Pause``, ``Resume``, ``StopAfterSeal``, ``StopNow``, ``Release``),
 events up (``WorkerStarted``, ``SegmentSealed``, ``CorruptRangeReported``,
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import signal
 import sys
@@ -40,6 +39,7 @@ from ingest.client.cluster import Cluster
 from ingest.handoff.segment import SegmentWriter
 from ingest.handoff.store import HandoffStore
 from ingest.logs import configure_logging
+from ingest.processes import fork_context
 from ingest.protocol import _records
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.loop import ControlInbox, PartitionWorker
@@ -63,7 +63,6 @@ __all__ = [
     "STOP_NOW_GRACE",
     "WORKER_PROCESS_NAME",
     "WorkerHandle",
-    "prestart_fork_server",
     "worker_main",
 ]
 
@@ -232,7 +231,7 @@ class WorkerHandle:
         ignore_sigint: bool = False,
     ) -> Self:
         """Starts a worker process for ``settings`` (a fork of the fork server)."""
-        context = _context()
+        context = fork_context()
         control_reader, control_writer = context.Pipe(duplex=False)
         events_reader, events_writer = context.Pipe(duplex=False)
         process = context.Process(
@@ -380,29 +379,3 @@ class WorkerHandle:
         for connection in (self._control, self._events):
             with contextlib.suppress(OSError):
                 connection.close()
-
-
-# Modules the fork server imports besides this one (the local engine's task modules).
-_PRELOAD: list[str] = []
-
-
-def preload_in_fork_server(*modules: str) -> None:
-    """Has the fork server import ``modules`` too, if it has not started yet: the
-    processes forked from it for other jobs (the local engine's tasks) start with them."""
-    _PRELOAD.extend(m for m in modules if m not in _PRELOAD)
-
-
-def _context() -> Any:
-    context = multiprocessing.get_context("forkserver")
-    # The server imports the worker's modules once; every fork inherits them.
-    context.set_forkserver_preload([__name__, *_PRELOAD])
-    return context
-
-
-def prestart_fork_server() -> None:
-    """Starts the fork server now (it imports in the background), so the first
-    worker does not wait for it."""
-    _context()
-    from multiprocessing import forkserver
-
-    forkserver.ensure_running()
