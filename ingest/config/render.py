@@ -9,7 +9,7 @@ from typing import Any
 
 from ingest.client.config import Secret
 from ingest.config.sections import IngestConfig
-from ingest.config.units import Duration, Size, spell_duration, spell_size
+from ingest.config.units import Duration, Size
 
 
 def render_config(config: IngestConfig) -> str:
@@ -50,10 +50,8 @@ def toml_value(value: Any) -> str:
     """One value as TOML (sizes and durations in their config spelling)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, Size):
-        return f'"{spell_size(int(value))}"'
-    if isinstance(value, Duration):
-        return f'"{spell_duration(float(value))}"'
+    if isinstance(value, Size | Duration):
+        return f'"{value.spell()}"'
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):

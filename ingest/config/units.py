@@ -4,14 +4,14 @@
 ``Size`` and ``Duration`` are the int and float the code reads; each also tells pydantic
 how to parse it (``parse_size``, ``parse_duration``), how to spell it back in JSON (the
 schema's defaults) and what JSON Schema describes it (a number, or a string whose pattern
-takes the units below). Here too: the strict scalars of the sections and their pydantic
-config.
+takes the units below): ``_Unit`` does it for both, from their units. Here too: the strict
+scalars of the sections, the patterns some strings must match, and their pydantic config.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import ConfigDict, GetCoreSchemaHandler, GetJsonSchemaHandler, Strict
 from pydantic.json_schema import JsonSchemaValue
@@ -25,7 +25,7 @@ Str = Annotated[str, Strict()]
 # A section refuses an unknown key, and is validated when built, in Python too.
 SECTION = ConfigDict(extra="forbid")
 
-_SIZE_UNITS = {
+_SIZE_UNITS: dict[str, float] = {
     "": 1, "b": 1,
     "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
@@ -46,94 +46,75 @@ def _pattern(units: dict[str, Any]) -> str:
     return r"^\s*[0-9]+(\.[0-9]+)?\s*(" + "|".join(spelled) + r")?\s*$"
 
 
-class Size(int):
+class _Unit:
+    """A number TOML may give bare (not negative; a fraction if ``_FRACTIONS``) or as a
+    string with one of ``_UNITS`` (their factors); ``spell`` writes it back for JSON."""
+
+    _UNITS: ClassVar[dict[str, float]]
+    _FRACTIONS: ClassVar[bool]
+    _EXAMPLES: ClassVar[tuple[str | float, ...]]
+    _ERROR: ClassVar[str]
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        number: float | None = None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            number = value if isinstance(value, int) or cls._FRACTIONS else None
+        elif isinstance(value, str) and (match := _NUMBER_UNIT.match(value)):
+            factor = cls._UNITS.get(match.group(2).lower())
+            number = None if factor is None else float(match.group(1)) * factor
+        if number is None or not number >= 0:  # NaN too
+            raise ValueError(cls._ERROR)
+        return cls(number)  # type: ignore[call-arg]  # Size or Duration: int or float
+
+    def spell(self) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        spell = core_schema.plain_serializer_function_ser_schema(cls.spell, when_used="json")
+        return core_schema.no_info_plain_validator_function(cls.parse, serialization=spell)
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        number = {"type": "number" if cls._FRACTIONS else "integer", "minimum": 0}
+        pattern = {"type": "string", "pattern": _pattern(cls._UNITS)}
+        return {"anyOf": [number, pattern], "examples": list(cls._EXAMPLES)}
+
+
+class Size(_Unit, int):
     """A byte count; TOML may give an integer or a string such as "256MiB"."""
 
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(
-            parse_size,
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                spell_size, when_used="json"
-            ),
-        )
+    _UNITS = _SIZE_UNITS
+    _FRACTIONS = False
+    _EXAMPLES = ("256MiB", "1.5GB", 1048576)
+    _ERROR = 'expected a size like "256MiB"'
 
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        return {
-            "anyOf": [
-                {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": _pattern(_SIZE_UNITS)},
-            ],
-            "examples": ["256MiB", "1.5GB", 1048576],
-        }
+    def spell(self) -> str:
+        """As the config spells it: "256MiB", or the bare number."""
+        for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+            if self >= factor and self % factor == 0:
+                return f"{self // factor}{unit}"
+        return str(int(self))
 
 
-class Duration(float):
+class Duration(_Unit, float):
     """Seconds; TOML may give a number or a string such as "500ms", "30s", "5m"."""
 
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(
-            parse_duration,
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                spell_duration, when_used="json"
-            ),
-        )
+    _UNITS = _DURATION_UNITS
+    _FRACTIONS = True
+    _EXAMPLES = ("500ms", "30s", "5m", 2.5)
+    _ERROR = 'expected a duration like "30s" or "500ms"'
 
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        return {
-            "anyOf": [
-                {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": _pattern(_DURATION_UNITS)},
-            ],
-            "examples": ["500ms", "30s", "5m", 2.5],
-        }
+    def spell(self) -> str:
+        """As the config spells it; whole seconds in full ("2592000s", not "2.592e+06s",
+        which does not parse back)."""
+        return f"{int(self)}s" if self.is_integer() else f"{float(self):g}s"
 
 
-def parse_size(value: object) -> Size:
-    if isinstance(value, bool):
-        raise ValueError('expected a size like "256MiB"')
-    if isinstance(value, int) and value >= 0:
-        return Size(value)
-    if isinstance(value, str):
-        match = _NUMBER_UNIT.match(value)
-        if match and match.group(2).lower() in _SIZE_UNITS:
-            return Size(int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]))
-    raise ValueError('expected a size like "256MiB"')
-
-
-def parse_duration(value: object) -> Duration:
-    if isinstance(value, bool):
-        raise ValueError('expected a duration like "30s" or "500ms"')
-    if isinstance(value, int | float) and value >= 0:
-        return Duration(float(value))
-    if isinstance(value, str):
-        match = _NUMBER_UNIT.match(value)
-        if match and match.group(2).lower() in _DURATION_UNITS:
-            return Duration(float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()])
-    raise ValueError('expected a duration like "30s" or "500ms"')
-
-
-def spell_size(value: int) -> str:
-    """A byte count as the config spells it: "256MiB", or the bare number."""
-    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value >= factor and value % factor == 0:
-            return f"{value // factor}{unit}"
-    return str(value)
-
-
-def spell_duration(value: float) -> str:
-    """Seconds as the config spells them; whole seconds in full ("2592000s", not
-    "2.592e+06s", which does not parse back)."""
-    seconds = float(value)
-    return f"{int(seconds)}s" if seconds.is_integer() else f"{seconds:g}s"
+parse_size = Size.parse
+parse_duration = Duration.parse
