@@ -79,6 +79,14 @@ def test_the_issue_example_message() -> None:
             '[table.transform_tables]\nc = "/lake/`x`"',
             "table.transform_tables.c: must be a Delta table's URI (no backquote)",
         ),
+        ('[table.transform_tables]\nBatch = "/lake/x"', "table.transform_tables.Batch: a view"),
+        ('[table.transform_tables]\nc = " "', "table.transform_tables.c: must be a Delta table"),
+        (
+            '[spark]\nmaster = "mesos://m:5050"',
+            "conf/x.toml: spark.master: expected a Spark master URL (local, local[N], local[*], "
+            "local[N,F], local-cluster[N,C,M], spark://host:port, yarn, k8s://...), got "
+            "'mesos://m:5050'",
+        ),
     ],
 )
 def test_bad_values_name_the_file_and_the_key(extra: str, message: str) -> None:
@@ -101,6 +109,12 @@ def test_inconsistent_settings_are_refused() -> None:
         _parse(MINIMAL.replace('uri = "/tmp/events"', 'uri = "/tmp/e"\nmode = "upsert"'))
     with pytest.raises(ConfigError, match=r"kafka.bootstrap_servers\[0\]: expected host:port"):
         _parse(MINIMAL.replace('"127.0.0.1:9092"', '"nohost"'))
+    with pytest.raises(ConfigError, match=r"servers\[1\]: expected host:port, got 'h:65536'"):
+        _parse(MINIMAL.replace('"127.0.0.1:9092"', '"h:65535", "h:65536"'))
+    with pytest.raises(ConfigError, match=r"kafka.bootstrap_servers: needs at least one host:port"):
+        _parse(MINIMAL.replace('["127.0.0.1:9092"]', "[]"))
+    with pytest.raises(ConfigError, match=r"conf/x.toml: source.topics: needs at least one topic"):
+        _parse(MINIMAL.replace('["events"]', "[]"))
     with pytest.raises(ConfigError, match=re.escape("source.heartbeat_interval: must be shorter")):
         _parse(
             MINIMAL.replace(

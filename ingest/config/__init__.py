@@ -11,25 +11,26 @@ when the config loads and kept in a masked ``Secret``.
 
 The package, by job (import every name from ``ingest.config``):
 
-* ``units.py``: ``Size``, ``Duration``, their parsers and their JSON Schema.
+* ``units.py``: ``Size``, ``Duration``, their parsers and their JSON Schema; the strict
+  scalars and the strings of a shape (host:port, ``SPARK_MASTER``, view names).
 * ``kafka.py``: the sections of the Kafka side ([kafka], [source], [fetch]).
 * ``sections.py``: the other section dataclasses (types, defaults, descriptions),
   ``IngestConfig`` (and what it gives the layers below: ``client_config``, storage
   options, the dead-letter URI), and ``offsets_topic_partition``.
 * ``loader.py``: ``load_config``/``parse_config``: TOML validated against the sections,
   pydantic's errors as ours (``config_error``), secrets from the environment, the checks
-  across keys (``SPARK_MASTER``).
+  across keys.
 * ``render.py``: ``render_config`` for ``--print-config``, ``toml_value``.
 * ``schema.py``: ``config_schema``, the JSON Schema; ``docs.py`` writes
   ``docs/configuration.md`` from it.
 """
 
 # First, before the modules that import them from here (see sections.py).
-from ingest.config.units import Duration, Size, parse_duration, parse_size
+from ingest.config.units import SPARK_MASTER, Duration, Size, parse_duration, parse_size
 
 # isort: split
 from ingest.config.kafka import FetchSection, KafkaSection, SaslSection, SourceSection, TlsSection
-from ingest.config.loader import SPARK_MASTER, load_config, parse_config
+from ingest.config.loader import load_config, parse_config
 from ingest.config.render import render_config, toml_value
 from ingest.config.schema import config_schema
 from ingest.config.sections import (

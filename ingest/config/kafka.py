@@ -11,7 +11,7 @@ from pydantic.dataclasses import dataclass
 # From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
 from ingest.config import Duration, Size
-from ingest.config.units import SECTION, Bool, Int, Str
+from ingest.config.units import SECTION, Bool, HostPort, Int, Str
 
 Assignor = Literal["cooperative-sticky", "range", "roundrobin"]
 
@@ -57,8 +57,8 @@ class SaslSection:
 class KafkaSection:
     """The Kafka cluster: how to reach it and how long to wait for it."""
 
-    bootstrap_servers: list[Str] = Field(
-        description='Brokers to bootstrap from, as "host:port" (at least one).'
+    bootstrap_servers: list[HostPort] = Field(
+        min_length=1, description='Brokers to bootstrap from, as "host:port" (at least one).'
     )
     client_id: Str = Field(default="ingest", description="client.id sent to the brokers.")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
@@ -94,7 +94,9 @@ class KafkaSection:
 class SourceSection:
     """The topics to read and the consumer group that owns their offsets."""
 
-    topics: list[Str] = Field(description="Topics to land in the table (at least one).")
+    topics: list[Str] = Field(
+        min_length=1, description="Topics to land in the table (at least one)."
+    )
     group_id: Str = Field(description="The consumer group; its committed offsets are ours.")
     group_instance_id: Str | None = Field(
         default=None,

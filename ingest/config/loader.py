@@ -21,19 +21,9 @@ from pydantic_core import ErrorDetails
 
 from ingest.client.config import Secret
 from ingest.config.sections import NOT_IN_FILE, IngestConfig, MaintenanceSection
+from ingest.config.units import DELTA_URI, HOST_PORT, SPARK_MASTER_URL, Size
 from ingest.ddl import check_ddl
 from ingest.errors import ConfigError
-
-# Spark's master URLs (Spark 4: no Mesos). Anything else fails at load, not in the JVM.
-_HOST_PORT = r"[A-Za-z0-9_.\-]+:\d{1,5}"
-VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SPARK_MASTER = re.compile(
-    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?"
-    r"|local-cluster\[[1-9]\d*,\s*[1-9]\d*,\s*[1-9]\d*\]"
-    rf"|spark://{_HOST_PORT}(,{_HOST_PORT})*"
-    r"|yarn"
-    r"|k8s://(https?://)?[A-Za-z0-9_.\-\[\]:]+(:\d{1,5})?(/.*)?"
-)
 
 
 def load_config(
@@ -77,11 +67,22 @@ def config_error(exc: ValidationError, path: str) -> ConfigError:
     unknown = [e for e in errors if e["type"] in _UNKNOWN]
     error = (unknown or errors)[0]
     loc = tuple(error["loc"])
+    if loc[-1:] == ("[key]",):  # a table's key, not its value
+        loc = loc[:-1]
     key = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
     return ConfigError(_message(error, loc), path=path, key=key.lstrip(".") or None)
 
 
 _UNKNOWN = ("unexpected_keyword_argument", "extra_forbidden")
+# A string that does not match its pattern (units.py), by pattern; {} is the value.
+_MISMATCH = {
+    HOST_PORT: "expected host:port, got {!r}",
+    SPARK_MASTER_URL: "expected a Spark master URL (local, local[N], local[*], local[N,F], "
+    "local-cluster[N,C,M], spark://host:port, yarn, k8s://...), got {!r}",
+    DELTA_URI: "must be a Delta table's URI (no backquote)",
+}
+# A list that may not be empty: what it needs at least one of.
+_AT_LEAST_ONE = {"bootstrap_servers": "host:port", "topics": "topic"}
 
 
 def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
@@ -105,7 +106,15 @@ def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
         return f"expected an integer, got {value!r}"
     if kind == "string_type":
         return f"expected a string, got {value!r}"
-    if kind == "value_error":  # parse_size, parse_duration
+    if kind == "string_pattern_mismatch":
+        return _MISMATCH[context["pattern"]].format(value)
+    if kind == "too_short":
+        return f"needs at least one {_AT_LEAST_ONE[str(loc[-1])]}"
+    if kind in ("greater_than", "greater_than_equal"):
+        bound = context.get("gt", context.get("ge"))
+        shown = bound.spell() if isinstance(bound, Size) else bound
+        return f"must be {'above' if kind == 'greater_than' else 'at least'} {shown}"
+    if kind == "value_error":  # parse_size, parse_duration, the view names
         return str(context["error"])
     return str(error["msg"])
 
@@ -170,24 +179,12 @@ def _check_changes(config: IngestConfig) -> None:
 
 def _check_consistency(config: IngestConfig) -> None:
     path = config.path
-    if not config.kafka.bootstrap_servers:
-        raise ConfigError("needs at least one host:port", path=path, key="kafka.bootstrap_servers")
-    for i, server in enumerate(config.kafka.bootstrap_servers):
-        host, _, port = server.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(
-                f"expected host:port, got {server!r}",
-                path=path,
-                key=f"kafka.bootstrap_servers[{i}]",
-            )
     if config.kafka.security_protocol.startswith("SASL") and config.kafka.sasl is None:
         raise ConfigError(
             f"{config.kafka.security_protocol} needs a [kafka.sasl] table",
             path=path,
             key="kafka.sasl",
         )
-    if not config.source.topics:
-        raise ConfigError("needs at least one topic", path=path, key="source.topics")
     if config.source.heartbeat_interval >= config.source.session_timeout:
         raise ConfigError(
             "must be shorter than source.session_timeout",
@@ -206,29 +203,11 @@ def _check_consistency(config: IngestConfig) -> None:
             check_ddl(config.table.value.schema)
         except ConfigError as exc:
             raise ConfigError(str(exc), path=path, key="table.value.schema") from None
-    for name, uri in config.table.transform_tables.items():
-        key = f"table.transform_tables.{name}"
-        if not VIEW_NAME.fullmatch(name) or name.lower() == "batch":
-            raise ConfigError(
-                "a view name is letters, digits and _, not starting with a digit, and not `batch`",
-                path=path,
-                key=key,
-            )
-        if not uri.strip() or "`" in uri:
-            raise ConfigError("must be a Delta table's URI (no backquote)", path=path, key=key)
     if config.table.transform_tables and config.table.transform is None:
         raise ConfigError(
             "names tables for a transform, but table.transform is not set",
             path=path,
             key="table.transform_tables",
-        )
-    if not SPARK_MASTER.fullmatch(config.spark.master):
-        raise ConfigError(
-            f"expected a Spark master URL (local, local[N], local[*], local[N,F], "
-            f"local-cluster[N,C,M], spark://host:port, yarn, k8s://...), "
-            f"got {config.spark.master!r}",
-            path=path,
-            key="spark.master",
         )
     if config.worker.resume_unacked_bytes >= config.worker.max_unacked_bytes:
         raise ConfigError(
@@ -262,12 +241,6 @@ def _check_maintenance(config: IngestConfig) -> None:
             path=path,
             key="maintenance.log_retention",
         )
-    if upkeep.interval <= 0:
-        raise ConfigError("must be above 0", path=path, key="maintenance.interval")
-    if upkeep.checkpoint_every < 1:
-        raise ConfigError("must be at least 1", path=path, key="maintenance.checkpoint_every")
-    if upkeep.target_file_size < 1024**2:
-        raise ConfigError("must be at least 1MiB", path=path, key="maintenance.target_file_size")
     if upkeep.vacuum and upkeep.vacuum_full:
         table = config.table.uri.rstrip("/")
         if config.dead_letter_uri().startswith(table + "/"):

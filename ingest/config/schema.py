@@ -19,6 +19,14 @@ from ingest.config.sections import IngestConfig
 
 
 class _TomlSchema(GenerateJsonSchema):
+    def generate_inner(self, schema: Any) -> JsonSchemaValue:  # a core schema or a field
+        json_schema = super().generate_inner(schema)
+        # A bound on a Size or a Duration (a plain validator) comes as the constraint's name.
+        for constraint, keyword in (("ge", "minimum"), ("gt", "exclusiveMinimum")):
+            if constraint in json_schema:
+                json_schema[keyword] = json_schema.pop(constraint)
+        return json_schema
+
     def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
         return self.generate_inner(schema["schema"])
 

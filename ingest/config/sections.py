@@ -26,7 +26,7 @@ from ingest.client.config import Secret
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
 from ingest.config import Duration, Size
 from ingest.config.kafka import FetchSection, KafkaSection, SourceSection
-from ingest.config.units import SECTION, Bool, Int, Str
+from ingest.config.units import SECTION, Bool, DeltaUri, Int, SparkMaster, Str, ViewName
 from ingest.errors import ConfigError
 
 
@@ -151,7 +151,7 @@ class TableSection:
     transform: Str | None = Field(
         default=None, description="Spark SQL over the view `batch`, run on each batch."
     )
-    transform_tables: dict[Str, Str] = Field(
+    transform_tables: dict[ViewName, DeltaUri] = Field(
         default_factory=dict,
         description="Delta tables the transform may name: view name -> table URI (read at "
         "each batch).",
@@ -183,7 +183,7 @@ class DeadLetterSection:
 class SparkSection:
     """The Spark session that lands batches."""
 
-    master: Str = Field(
+    master: SparkMaster = Field(
         default="local[*]",
         description="Spark's master URL: local, local[N], local[*], local[N,F], "
         "local-cluster[N,C,M], spark://host:port, yarn or k8s://...",
@@ -238,15 +238,17 @@ class MaintenanceSection:
         default=True,
         description="Whether `ingest run` keeps the tables (`ingest maintain` always runs).",
     )
-    interval: Duration = Field(default=Duration(600), description="Time between passes.")
+    interval: Duration = Field(default=Duration(600), gt=0, description="Time between passes.")
     compact: Bool = Field(default=True, description="Compact small files.")
     target_file_size: Size = Field(
         default=Size(128 * 1024**2),
+        ge=Size(1024**2),
         description="Files below this are compacted, into files of about this size "
         "(at least 1MiB).",
     )
     checkpoint_every: Int = Field(
         default=10,
+        ge=1,
         description="A checkpoint once the table moved this many versions past its last "
         "one (Delta's 10).",
     )

@@ -13,7 +13,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import ConfigDict, GetCoreSchemaHandler, GetJsonSchemaHandler, Strict
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    Strict,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
@@ -24,6 +31,39 @@ Str = Annotated[str, Strict()]
 
 # A section refuses an unknown key, and is validated when built, in Python too.
 SECTION = ConfigDict(extra="forbid")
+
+# Strings of a shape, checked by pydantic and offered in the JSON Schema; loader.py's
+# ``_MISMATCH`` says what a string that does not match reads as.
+_PORT = r"0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+HOST_PORT = rf"^.+:{_PORT}$"
+# Spark's master URLs (Spark 4: no Mesos). Anything else fails at load, not in the JVM.
+_SPARK_HOST_PORT = r"[A-Za-z0-9_.\-]+:\d{1,5}"
+SPARK_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?"
+    r"|local-cluster\[[1-9]\d*,\s*[1-9]\d*,\s*[1-9]\d*\]"
+    rf"|spark://{_SPARK_HOST_PORT}(,{_SPARK_HOST_PORT})*"
+    r"|yarn"
+    r"|k8s://(https?://)?[A-Za-z0-9_.\-\[\]:]+(:\d{1,5})?(/.*)?"
+)
+SPARK_MASTER_URL = f"^(?:{SPARK_MASTER.pattern})$"
+# A Delta table's URI, as a transform may name it: not blank, no backquote.
+DELTA_URI = r"^[^`]*[^`\s][^`]*$"
+VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _view_name(name: str) -> str:
+    if not VIEW_NAME.fullmatch(name) or name.lower() == "batch":
+        raise ValueError(
+            "a view name is letters, digits and _, not starting with a digit, and not `batch`"
+        )
+    return name
+
+
+HostPort = Annotated[Str, Field(pattern=HOST_PORT)]
+SparkMaster = Annotated[Str, Field(pattern=SPARK_MASTER_URL)]
+DeltaUri = Annotated[Str, Field(pattern=DELTA_URI)]
+# A view name a transform's SQL may read (``batch`` is the batch's own view).
+ViewName = Annotated[Str, AfterValidator(_view_name)]
 
 _SIZE_UNITS: dict[str, float] = {
     "": 1, "b": 1,
