@@ -166,7 +166,9 @@ def _finish(outcome: Any) -> int:
 def _start_fork_server(config: Any) -> None:
     """The workers' fork server starts now and imports on the other core while this
     process imports the supervisor and joins; started later, the first worker waited for
-    it (measured: assignment to first worker 0.33 s on a 100k-record --until-end run)."""
+    it (measured: assignment to first worker 0.33 s on a 100k-record --until-end run).
+    Inside ``_progress``: the server's children write to the fds it had at its start,
+    which on a terminal must be the pipes ``Terminal`` prints above the bar."""
     from ingest.processes import start_fork_server
 
     start_fork_server(tasks=config.spark.engine != "spark")
@@ -176,11 +178,11 @@ def _run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 0
-    _start_fork_server(config)
     _check_bootstrap(config)
-    from ingest.supervisor.group_run import group_run
-
     with _progress("until-end") if args.until_end else contextlib.nullcontext() as progress:
+        _start_fork_server(config)
+        from ingest.supervisor.group_run import group_run
+
         engine = group_run(config, until_end=args.until_end, progress=progress)
         engine.spark.leave_jvm_at_exit = True
         with _stop_on_signals(engine):
@@ -192,11 +194,11 @@ def _replay(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 0
-    _start_fork_server(config)
     _check_bootstrap(config)
-    from ingest.supervisor.replay import parse_partitions, parse_position, replay_run
-
     with _progress("replay") as progress:
+        _start_fork_server(config)
+        from ingest.supervisor.replay import parse_partitions, parse_position, replay_run
+
         engine = replay_run(
             config,
             start=parse_position(args.from_, "--from"),
