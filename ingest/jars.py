@@ -25,28 +25,47 @@ from xml.sax.saxutils import quoteattr
 
 from ingest.errors import DependencyError
 
-__all__ = ["Artifact", "cache_root", "ivy_cache", "ivy_jar", "resolve"]
+__all__ = ["Artifact", "cache_root", "ivy_cache", "ivy_jar", "locked", "resolve"]
 
 RESOLVE_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
 class Artifact:
-    """A Maven coordinate ``group:name:version``."""
+    """A Maven coordinate ``group:name:version``, or one file of a release that is not its
+    jar, ``group:name:version:classifier@ext`` (``:classifier`` and ``@ext`` each optional;
+    e.g. ``io.apicurio:apicurio-registry-app:3.3.3:all@tar.gz``). Such a file is resolved
+    alone: its POM's dependencies are not."""
 
     group: str
     name: str
     version: str
+    classifier: str | None = None
+    ext: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> Artifact:
-        parts = text.split(":")
-        if len(parts) != 3 or not all(parts):
-            raise DependencyError(f"{text!r} is not a Maven coordinate group:artifact:version")
-        return cls(*parts)
+        coordinate, at, ext = text.partition("@")
+        parts = coordinate.split(":")
+        if len(parts) not in (3, 4) or not all(parts) or (at and not ext):
+            raise DependencyError(
+                f"{text!r} is not a Maven coordinate group:artifact:version[:classifier][@ext]"
+            )
+        classifier = parts[3] if len(parts) == 4 else None
+        return cls(parts[0], parts[1], parts[2], classifier, ext or None)
+
+    @property
+    def plain(self) -> bool:
+        """A jar and its runtime dependencies (no classifier, no other file type)."""
+        return self.classifier is None and self.ext is None
 
     def __str__(self) -> str:
-        return f"{self.group}:{self.name}:{self.version}"
+        text = f"{self.group}:{self.name}:{self.version}"
+        if self.classifier is not None:
+            text += f":{self.classifier}"
+        if self.ext is not None:
+            text += f"@{self.ext}"
+        return text
 
 
 def cache_root() -> Path:
@@ -84,22 +103,38 @@ def _java() -> str:
 
 
 def _ivy_module(artifacts: Sequence[Artifact]) -> str:
+    plain = all(artifact.plain for artifact in artifacts)
+    namespace = "" if plain else ' xmlns:m="http://ant.apache.org/ivy/maven"'
     lines = [
-        '<ivy-module version="2.0">',
+        f'<ivy-module version="2.0"{namespace}>',
         '  <info organisation="ingest" module="resolved"/>',
         "  <dependencies>",
     ]
     for artifact in artifacts:
-        lines.append(
+        head = (
             f"    <dependency org={quoteattr(artifact.group)} name={quoteattr(artifact.name)}"
-            f' rev={quoteattr(artifact.version)} conf="default->default"/>'
+            f" rev={quoteattr(artifact.version)}"
         )
+        if artifact.plain:
+            lines.append(f'{head} conf="default->default"/>')
+            continue
+        ext = quoteattr(artifact.ext or "jar")
+        classifier = (
+            "" if artifact.classifier is None else f" m:classifier={quoteattr(artifact.classifier)}"
+        )
+        lines += [
+            f'{head} transitive="false" conf="default->default">',
+            f"      <artifact name={quoteattr(artifact.name)} type={ext} ext={ext}{classifier}/>",
+            "    </dependency>",
+        ]
     lines += ["  </dependencies>", "</ivy-module>", ""]
     return "\n".join(lines)
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path`` (made if missing) for the block: concurrent processes
+    (two test sessions) take turns instead of racing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -122,7 +157,8 @@ def _read_classpath(path: Path) -> list[Path] | None:
 
 def resolve(coordinates: Sequence[str], *, timeout: float = RESOLVE_TIMEOUT_S) -> list[Path]:
     """The jars of ``coordinates`` and their runtime dependencies, resolved from Maven
-    Central into the shared Ivy cache on first use; the order is Ivy's (the classpath)."""
+    Central into the shared Ivy cache on first use; the order is Ivy's (the classpath).
+    A coordinate with a classifier or an extension gives that one file."""
     artifacts = [Artifact.parse(text) for text in coordinates]
     if not artifacts:
         raise DependencyError("nothing to resolve")
@@ -132,7 +168,7 @@ def resolve(coordinates: Sequence[str], *, timeout: float = RESOLVE_TIMEOUT_S) -
     cached = _read_classpath(classpath_file)
     if cached is not None:
         return cached
-    with _locked(work / ".lock"):
+    with locked(work / ".lock"):
         cached = _read_classpath(classpath_file)  # another process may have finished it
         if cached is not None:
             return cached

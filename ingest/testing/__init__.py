@@ -1,5 +1,5 @@
 """Real servers for tests: Apache Kafka (one node or three), the Tansu broker, a SeaweedFS
-S3 store, and Kafka helpers.
+S3 store, a schema registry (Apicurio, Confluent's API), and Kafka helpers.
 
 Users can run their own pipelines against the same servers::
 
@@ -26,6 +26,7 @@ from ingest.testing.kafka import (
     unique_name,
 )
 from ingest.testing.probe import api_versions_answered
+from ingest.testing.registry import SchemaRegistry
 from ingest.testing.s3 import S3Server
 from ingest.testing.tansu import TansuBroker, tansu_binary
 from ingest.testing.verify import Verdict, verify_exact
@@ -39,6 +40,7 @@ __all__ = [
     "KafkaCluster",
     "ProducedRecord",
     "S3Server",
+    "SchemaRegistry",
     "TansuBroker",
     "Transaction",
     "Verdict",

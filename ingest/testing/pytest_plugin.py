@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from ingest.errors import DependencyError
 from ingest.testing._process import live_processes, stop_all
 from ingest.testing.apache_kafka import KafkaCluster
 from ingest.testing.kafka import unique_name
+from ingest.testing.registry import SchemaRegistry, registry_java
 from ingest.testing.s3 import S3Server
 from ingest.testing.tansu import TansuBroker
 
@@ -58,6 +60,20 @@ def tansu(pytestconfig: pytest.Config) -> Iterator[TansuBroker]:
 def s3(pytestconfig: pytest.Config) -> Iterator[S3Server]:
     """One SeaweedFS S3 server for the whole test session."""
     server = S3Server().start()
+    _register(pytestconfig, server)
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(pytestconfig: pytest.Config) -> Iterator[SchemaRegistry]:
+    """One schema registry (Apicurio, Confluent's API at ``url``, global compatibility
+    BACKWARD, in-memory) for the whole test session; skips when no Java 21+ is found."""
+    try:
+        java = registry_java()
+    except DependencyError as exc:
+        pytest.skip(str(exc))
+    server = SchemaRegistry(java=java).start()
     _register(pytestconfig, server)
     yield server
     server.cleanup()

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
 import pytest
 
-from ingest.jars import resolve
+from ingest.errors import DependencyError
+from ingest.jars import Artifact, _ivy_module, resolve
 from ingest.testing import (
     KAFKA_VERSION,
     KafkaCluster,
@@ -43,6 +45,50 @@ def test_the_classpath_is_the_pinned_release_and_resolves_warm_without_a_jvm(
     monkeypatch.setattr(ingest.jars.subprocess, "Popen", no_process)
     again = resolve(KAFKA_ARTIFACTS)
     assert {jar.name for jar in again} == jars
+
+
+def test_a_plain_coordinate_spells_and_resolves_as_before() -> None:
+    # The cache key is the coordinates' spelling: a plain one must not change it.
+    for text in KAFKA_ARTIFACTS:
+        artifact = Artifact.parse(text)
+        assert str(artifact) == text and artifact.plain
+    module = _ivy_module([Artifact.parse("org.example:lib:1.0")])
+    assert module.splitlines()[0] == '<ivy-module version="2.0">'
+    assert '<dependency org="org.example" name="lib" rev="1.0" conf="default->default"/>' in module
+
+
+@pytest.mark.parametrize(
+    ("text", "classifier", "ext"),
+    [
+        ("io.apicurio:apicurio-registry-app:3.3.3:all@tar.gz", "all", "tar.gz"),
+        ("org.example:lib:1.0:sources", "sources", None),
+        ("org.example:dist:1.0@zip", None, "zip"),
+    ],
+)
+def test_a_classifier_and_an_extension_name_one_file_resolved_alone(
+    text: str, classifier: str | None, ext: str | None
+) -> None:
+    artifact = Artifact.parse(text)
+    assert (artifact.classifier, artifact.ext, str(artifact)) == (classifier, ext, text)
+    assert not artifact.plain
+    ivy = "{http://ant.apache.org/ivy/maven}"
+    root = ET.fromstring(_ivy_module([artifact, Artifact.parse("org.example:lib:1.0")]))
+    dependencies = root.find("dependencies")
+    assert dependencies is not None
+    named, plain = dependencies
+    assert named.get("transitive") == "false"  # its POM's dependencies are not wanted
+    assert named.get("conf") == "default->default"
+    (file,) = named
+    assert file.get("name") == artifact.name
+    assert file.get("type") == file.get("ext") == (ext or "jar")
+    assert file.get(f"{ivy}classifier") == classifier
+    assert plain.get("transitive") is None and len(plain) == 0
+
+
+@pytest.mark.parametrize("text", ["a:b", "a:b:1:c:d", "a::1", "a:b:1@", "a:b:1:@zip", "a:b:1:c@"])
+def test_a_malformed_coordinate_is_refused(text: str) -> None:
+    with pytest.raises(DependencyError, match="not a Maven coordinate"):
+        Artifact.parse(text)
 
 
 def test_message_definitions_come_from_the_pinned_kafka_clients_jar() -> None:

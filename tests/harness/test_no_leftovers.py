@@ -1,4 +1,5 @@
-"""After a test session that used the servers, none of their processes is left running."""
+"""After a test session that used the servers (the schema registry too), none of their
+processes is left running."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ingest.processes import pid_alive
 INNER_TEST = textwrap.dedent("""
     from ingest.testing import KafkaCluster, TansuBroker, create_topic
 
-    def test_uses_every_server(broker, s3, topic):
+    def test_uses_every_server(broker, s3, schema_registry, topic):
         create_topic(broker.bootstrap, topic, partitions=1)
         extra = KafkaCluster().start()
         extra.kill()  # a crashed broker must not leak either
@@ -45,6 +46,7 @@ def test_no_broker_or_s3_process_survives_a_session(tmp_path: Path) -> None:
 
     assert result.returncode == 0, result.stdout + result.stderr
     pids = [int(line) for line in pid_file.read_text().split()]
-    # session broker (Kafka), s3 server, the extra Kafka node twice, the forgotten Tansu
-    assert len(pids) == 5
+    # session broker (Kafka), s3 server, schema registry, the extra Kafka node twice, the
+    # forgotten Tansu
+    assert len(pids) == 6
     assert [pid for pid in pids if pid_alive(pid)] == []
