@@ -43,6 +43,8 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │                                answered): no later batch can land in this process
     ├── LogTruncationError           the log diverged below a restored position (KIP-320):
     │                                records the table holds are no longer the broker's
+    ├── RegistryError                the schema registry did not answer, or not with the schema
+    │                                asked for (``retriable``: down or overloaded, not refused)
     ├── DependencyError              Java or a Maven artifact missing or unresolvable
     └── HarnessError                 the test harness could not start or stop a server
 
@@ -228,6 +230,25 @@ class LogTruncationError(IngestError):
         self.partition = partition
         self.first_offset = first_offset
         self.position = position
+
+
+class RegistryError(IngestError):
+    """The schema registry did not answer within the retry timeout (``retriable``), or
+    refused: an unknown schema id or subject (HTTP 404 and the registry's ``code``), a
+    refused credential."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: int | None = None,
+        retriable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retriable = retriable
 
 
 class DependencyError(IngestError):

@@ -9,6 +9,8 @@ Values decode by the table's ``value_format``:
 
 * ``binary``: kept as they are.
 * ``string``: UTF-8 checked; a value that is not UTF-8 is a dead letter.
+* ``avro``: Confluent-framed Avro, the writers' schemas from the registry
+  (``avro.py``); the fields become columns like json's.
 * ``json``: the fields of the configured schema become columns (``value`` is
   dropped). A whole segment parses at once with ``pyarrow.json`` over the
   values joined by newlines. That is only sound when every line is one value, so
@@ -40,6 +42,7 @@ import pyarrow.json as pajson
 from ingest.errors import ConfigError
 from ingest.sink.config import BASE_COLUMNS, DEAD_LETTER_COLUMN, DELETE_COLUMN, TableConfig
 from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
+from spark_jobs.avro import AvroSpec, decode_avro, value_schema
 from spark_jobs.changes import (
     TOMBSTONE_DEAD_LETTER,
     debezium_changes,
@@ -72,6 +75,12 @@ class DecodeSpec:
     envelope: str = "none"  # or debezium
     merge_keys: tuple[str, ...] = ()
     deletes: bool = False  # rows carry DELETE_COLUMN (upsert)
+    avro: AvroSpec | None = None  # value_format "avro"
+
+    @property
+    def fields_schema(self) -> pa.Schema | None:
+        """The value's fields as columns (json and avro), else None."""
+        return self.avro.schema if self.avro is not None else self.json_schema
 
     def __post_init__(self) -> None:
         if self.tombstones == "delete" and not self.deletes:
@@ -80,13 +89,16 @@ class DecodeSpec:
             raise ConfigError(
                 "debezium needs json values in upsert mode", key="table.value.envelope"
             )
-        if self.value_format == "json":
-            if self.json_schema is None:
+        if self.value_format == "avro" and self.avro is None:
+            raise ConfigError("avro values need a registry", key="schema_registry")
+        if self.value_format in ("json", "avro"):
+            fields = self.fields_schema
+            if fields is None:
                 raise ConfigError("json values need a schema", key="table.value.schema")
             taken = {*BASE_COLUMNS, "value", DEAD_LETTER_COLUMN, DELETE_COLUMN}
             if self.date_column:
                 taken.add(self.date_column)
-            clashes = sorted(set(self.json_schema.names) & taken)
+            clashes = sorted(set(fields.names) & taken)
             if clashes:
                 raise ConfigError(
                     f"value fields {clashes} collide with the Kafka columns",
@@ -111,13 +123,13 @@ class DecodeSpec:
 
     def output_schema(self) -> pa.Schema:
         fields = list(self.record_schema())
-        if self.value_format == "json":
+        value_fields = self.fields_schema
+        if value_fields is not None:
             fields = [f for f in fields if f.name != "value"]
         if self.date_column:
             fields.append(pa.field(self.date_column, pa.date32()))
-        if self.value_format == "json":
-            assert self.json_schema is not None
-            fields.extend(f.with_nullable(True) for f in self.json_schema)
+        if value_fields is not None:
+            fields.extend(f.with_nullable(True) for f in value_fields)
         if self.deletes:
             fields.append(pa.field(DELETE_COLUMN, pa.bool_()))
         return pa.schema(fields)
@@ -199,7 +211,7 @@ def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime
         if spec.tombstones == "dead_letter":
             refused.append((tombstones, [TOMBSTONE_DEAD_LETTER] * tombstones.num_rows))
         elif spec.tombstones == "delete":
-            deleted = tombstone_deletes(tombstones, spec.json_schema, spec.merge_keys)
+            deleted = tombstone_deletes(tombstones, spec.fields_schema, spec.merge_keys)
             parts.append((deleted.records, deleted.fields, deleted.deletes))
             refused.append(_refused(tombstones, deleted.errors))
     if spec.value_format == "binary":
@@ -211,6 +223,15 @@ def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime
             good.schema.get_field_index("value"), "value", good.column("value").cast(pa.string())
         )
         parts.append((good, None, None))
+        if bad is not None:
+            refused.append((bad, messages))
+    elif spec.value_format == "avro":
+        assert spec.avro is not None
+        fields, good_index, errors = decode_avro(
+            records.column("value").combine_chunks(), spec.avro
+        )
+        good, bad, messages = _split(records, good_index, errors)
+        parts.append((good, fields, None))
         if bad is not None:
             refused.append((bad, messages))
     else:
@@ -257,8 +278,8 @@ def _rows(
     fields: pa.Table | None,
     deletes: pa.Array | None,
 ) -> pa.Table:
-    """Rows of ``schema`` from decoded records (their value fields, if json)."""
-    if spec.value_format == "json":
+    """Rows of ``schema`` from decoded records (their value fields: json, avro)."""
+    if spec.value_format in ("json", "avro"):
         assert fields is not None
         records = records.drop_columns(["value"])
         for name in fields.column_names:
@@ -459,7 +480,14 @@ def _json(
 
 
 def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec:
-    """How ``config``'s values decode, given its JSON schema in Arrow (None: not json)."""
+    """How ``config``'s values decode, given its value schema in Arrow (json, or avro
+    with a DDL schema; None otherwise)."""
+    avro = None
+    if config.value_format == "avro":
+        assert config.registry is not None
+        columns = json_schema or value_schema(config.value_avro_schema or "")
+        avro = AvroSpec(config.registry, columns, config.on_registry_error)
+        json_schema = None
     return DecodeSpec(
         config.value_format,
         json_schema,
@@ -468,4 +496,5 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
         envelope=config.value_envelope,
         merge_keys=config.merge_keys,
         deletes=config.deletes,
+        avro=avro,
     )

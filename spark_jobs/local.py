@@ -60,8 +60,8 @@ def local_decode_spec(config: TableConfig) -> DecodeSpec | None:
     if config.transform:
         return None
     json_schema = None
-    if config.value_format == "json":
-        json_schema = arrow_schema(config.value_schema or "")
+    if config.value_format in ("json", "avro") and config.value_schema:
+        json_schema = arrow_schema(config.value_schema)
         if json_schema is None:
             return None
     return table_spec(config, json_schema)

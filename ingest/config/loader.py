@@ -82,7 +82,7 @@ _MISMATCH = {
     DELTA_URI: "must be a Delta table's URI (no backquote)",
 }
 # A list that may not be empty: what it needs at least one of.
-_AT_LEAST_ONE = {"bootstrap_servers": "host:port", "topics": "topic"}
+_AT_LEAST_ONE = {"bootstrap_servers": "host:port", "topics": "topic", "urls": "URL"}
 
 
 def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
@@ -109,7 +109,7 @@ def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
     if kind == "string_pattern_mismatch":
         return _MISMATCH[context["pattern"]].format(value)
     if kind == "too_short":
-        return f"needs at least one {_AT_LEAST_ONE[str(loc[-1])]}"
+        return f"needs at least one {_AT_LEAST_ONE.get(str(loc[-1]), 'entry')}"
     if kind in ("greater_than", "greater_than_equal"):
         bound = context.get("gt", context.get("ge"))
         shown = bound.spell() if isinstance(bound, Size) else bound
@@ -137,6 +137,11 @@ def _resolve_secrets(config: IngestConfig, env: Mapping[str, str], path: str) ->
         wanted["kafka.tls.key_password_env"] = config.kafka.tls.key_password_env
     for option, variable in config.table.storage_options_env.items():
         wanted[f"table.storage_options_env.{option}"] = variable
+    registry = config.schema_registry
+    if registry is not None and registry.basic_auth_password_env:
+        wanted["schema_registry.basic_auth_password_env"] = registry.basic_auth_password_env
+    if registry is not None and registry.bearer_token_env:
+        wanted["schema_registry.bearer_token_env"] = registry.bearer_token_env
     secrets = {}
     for key, variable in wanted.items():
         if variable not in env:
@@ -198,6 +203,7 @@ def _check_consistency(config: IngestConfig) -> None:
             'format "json" needs a schema (Spark DDL)', path=path, key="table.value.schema"
         )
     _check_changes(config)
+    _check_avro(config)
     if config.table.value.schema:
         try:
             check_ddl(config.table.value.schema)
@@ -218,6 +224,39 @@ def _check_consistency(config: IngestConfig) -> None:
             'mode "files" needs a root directory or URI', path=path, key="handoff.root"
         )
     _check_maintenance(config)
+
+
+def _check_avro(config: IngestConfig) -> None:
+    path, registry = config.path, config.schema_registry
+    if config.table.value.format != "avro":
+        return
+    if registry is None:
+        raise ConfigError(
+            'format "avro" needs a [schema_registry] table', path=path, key="schema_registry"
+        )
+    if registry.subject_name_strategy != "topic" and not registry.record_name:
+        raise ConfigError(
+            f'subject_name_strategy "{registry.subject_name_strategy}" needs the record name',
+            path=path,
+            key="schema_registry.record_name",
+        )
+    if registry.bearer_token_env and registry.basic_auth_user:
+        raise ConfigError(
+            "basic auth or a bearer token, not both",
+            path=path,
+            key="schema_registry.bearer_token_env",
+        )
+    # Decoding runs in the local engine's task processes (spark_jobs/avro.py); on Spark
+    # (a transform, or spark.engine = "spark") it is not wired yet.
+    local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", config.spark.master.strip())
+    if config.table.transform is not None or config.spark.engine == "spark" or not local:
+        raise ConfigError(
+            "avro values decode on the local engine: no table.transform, a local "
+            'spark.master and spark.engine "auto" or "local" (Spark tasks do not decode '
+            "avro yet)",
+            path=path,
+            key="table.value.format",
+        )
 
 
 def _check_maintenance(config: IngestConfig) -> None:

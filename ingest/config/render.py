@@ -16,8 +16,8 @@ def render_config(config: IngestConfig) -> str:
     """The effective config as TOML, secrets masked (for ``--print-config``)."""
     lines: list[str] = []
     for section in dataclasses.fields(config):
-        if section.name in ("path", "secrets"):
-            continue
+        if section.name in ("path", "secrets") or getattr(config, section.name) is None:
+            continue  # not keys, or an optional table left out
         _render_table(section.name, getattr(config, section.name), config.secrets, lines)
     return "\n".join(lines) + "\n"
 

@@ -26,6 +26,7 @@ from ingest.client.config import Secret
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
 from ingest.config import Duration, Size
 from ingest.config.kafka import FetchSection, KafkaSection, SourceSection
+from ingest.config.registry import SchemaRegistrySection
 from ingest.config.units import SECTION, Bool, DeltaUri, Int, SparkMaster, Str, ViewName
 from ingest.errors import ConfigError
 
@@ -110,14 +111,16 @@ class TriggerSection:
 class ValueSection:
     """How record values become columns."""
 
-    format: Literal["binary", "string", "json"] = Field(
+    format: Literal["binary", "string", "json", "avro"] = Field(
         default="binary",
         description='"binary": the value column as bytes; "string": UTF-8 text; "json": '
-        "parsed into columns by schema.",
+        'parsed into columns by schema; "avro": Confluent-framed Avro, its writers\' schemas '
+        "from [schema_registry], its fields as columns.",
     )
     schema: Str | None = Field(
         default=None,
-        description='The values\' Spark DDL (format "json"), e.g. "id BIGINT, name STRING".',
+        description='The values\' Spark DDL (format "json"; "avro": the columns, default the '
+        'subject\'s latest schema), e.g. "id BIGINT, name STRING".',
     )
     envelope: Literal["none", "debezium"] = Field(
         default="none",
@@ -291,6 +294,9 @@ class IngestConfig:
         default_factory=DeadLetterSection, description="[dead_letter]."
     )
     spark: SparkSection = Field(default_factory=SparkSection, description="[spark].")
+    schema_registry: SchemaRegistrySection | None = Field(
+        default=None, description="[schema_registry] (format avro)."
+    )
     metrics: MetricsSection = Field(default_factory=MetricsSection, description="[metrics].")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="[logging].")
     maintenance: MaintenanceSection = Field(

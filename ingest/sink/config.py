@@ -3,9 +3,11 @@
 One frozen, picklable value says where the table is (``uri`` and delta-rs
 ``storage_options``), which consumer group feeds it (part of every txn app id),
 how rows land (``append`` or ``upsert`` on ``merge_keys``), what a tombstone
-(a null value) does (``tombstones``), how values decode (``binary``, ``string``
-or ``json`` with a Spark DDL schema, optionally inside a Debezium change
-envelope: ``value_envelope``), an optional SQL
+(a null value) does (``tombstones``), how values decode (``binary``, ``string``,
+``json`` with a Spark DDL schema, optionally inside a Debezium change
+envelope: ``value_envelope``, or ``avro`` in the Confluent wire format, its writers'
+schemas from ``registry`` and its columns from the DDL schema or the Avro record
+``value_avro_schema``), an optional SQL
 transform over the view ``batch``, the partition columns, and where dead letters
 go (by default a sibling table ``<uri>_dead_letters``).
 """
@@ -17,12 +19,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ingest.errors import ConfigError
+from ingest.registry import RegistrySettings
 from ingest.sink.storage import normalize_uri
 
 __all__ = ["BASE_COLUMNS", "DEAD_LETTER_COLUMN", "DELETE_COLUMN", "TableConfig"]
 
 WriteMode = Literal["append", "upsert"]
-ValueFormat = Literal["binary", "string", "json"]
+ValueFormat = Literal["binary", "string", "json", "avro"]
 # What a record with a null value does: "delete" its key's row (upsert), "ignore" it,
 # make it a "dead_letter", or "keep" it as a row with a null value (append).
 Tombstones = Literal["delete", "ignore", "dead_letter", "keep"]
@@ -66,6 +69,12 @@ class TableConfig:
     value_format: ValueFormat = "binary"
     value_schema: str | None = None
     value_envelope: Envelope = "none"
+    # avro: where the writers' schemas are, what a registry failure costs ("fail" the
+    # batch or "dead_letter" its records), and the Avro record giving the columns when
+    # value_schema (DDL) does not.
+    registry: RegistrySettings | None = None
+    on_registry_error: Literal["fail", "dead_letter"] = "fail"
+    value_avro_schema: str | None = None
     tombstones: Tombstones | None = None
     transform: str | None = None
     transform_tables: Mapping[str, str] = field(default_factory=dict)
@@ -88,15 +97,25 @@ class TableConfig:
             raise ConfigError("upsert mode needs merge_keys", key="table.merge_keys")
         if self.mode == "append" and self.merge_keys:
             raise ConfigError("merge_keys only apply to upsert mode", key="table.merge_keys")
-        if self.value_format not in ("binary", "string", "json"):
+        if self.value_format not in ("binary", "string", "json", "avro"):
             raise ConfigError(
-                f"must be binary, string or json, got {self.value_format!r}",
+                f"must be binary, string, json or avro, got {self.value_format!r}",
                 key="table.value.format",
             )
         if self.value_format == "json" and not self.value_schema:
             raise ConfigError("json values need a Spark DDL schema", key="table.value.schema")
-        if self.value_format != "json" and self.value_schema:
-            raise ConfigError("a value schema only applies to json", key="table.value.schema")
+        if self.value_format not in ("json", "avro") and self.value_schema:
+            raise ConfigError(
+                "a value schema only applies to json and avro", key="table.value.schema"
+            )
+        if self.value_format == "avro":
+            if self.registry is None:
+                raise ConfigError("avro values need a schema registry", key="schema_registry")
+            if not self.value_schema and not self.value_avro_schema:
+                raise ConfigError(
+                    "avro values need columns: a DDL schema or the subject's latest schema",
+                    key="table.value.schema",
+                )
         if self.tombstones is None:
             object.__setattr__(self, "tombstones", "delete" if self.mode == "upsert" else "keep")
         check_changes(self.mode, self.value_format, self.value_envelope, self.tombstones)

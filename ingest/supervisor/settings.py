@@ -10,6 +10,7 @@ from typing import Any
 from ingest.client import ClientConfig
 from ingest.client.config import SaslConfig, TlsConfig
 from ingest.config import IngestConfig, TlsSection
+from ingest.errors import ConfigError, RegistryError
 from ingest.group import (
     ConsumerGroupConfig,
     CooperativeStickyAssignor,
@@ -22,6 +23,7 @@ from ingest.group import (
 from ingest.group.assignors import Assignor
 from ingest.handoff import HandoffConfig, HandoffLocation
 from ingest.handoff.space import SpacePlan, Wanted
+from ingest.registry import RegistrySettings, client_for, subject_for
 from ingest.sink.config import TableConfig
 from ingest.sink.maintenance import UpkeepSettings
 from ingest.sink.storage import s3_filesystem_options
@@ -201,12 +203,67 @@ def table_config(config: IngestConfig) -> TableConfig:
         value_format=table.value.format,
         value_schema=table.value.schema,
         value_envelope=table.value.envelope,
+        **_avro_settings(config),
         tombstones=table.tombstones,
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
         partition_by=tuple(table.partition_by),
         dead_letter_uri=config.dead_letter_uri(),
     )
+
+
+def registry_settings(config: IngestConfig) -> RegistrySettings | None:
+    registry = config.schema_registry
+    if registry is None:
+        return None
+    secrets = config.secrets
+    return RegistrySettings(
+        urls=tuple(registry.urls),
+        basic_auth_user=registry.basic_auth_user,
+        basic_auth_password=secrets.get("schema_registry.basic_auth_password_env"),
+        bearer_token=secrets.get("schema_registry.bearer_token_env"),
+        ca_file=registry.ca_file,
+        cert_file=registry.cert_file,
+        key_file=registry.key_file,
+        request_timeout=float(registry.request_timeout),
+        retry_timeout=float(registry.retry_timeout),
+    )
+
+
+def _avro_settings(config: IngestConfig) -> dict[str, Any]:
+    """TableConfig's avro fields: the registry, and (without a DDL schema) the Avro record
+    giving the columns: the latest schema of each topic's subject, which must agree."""
+    registry = registry_settings(config)
+    if config.table.value.format != "avro" or registry is None:
+        return {}
+    section = config.schema_registry
+    assert section is not None
+    fields: dict[str, Any] = {"registry": registry, "on_registry_error": section.on_error}
+    if config.table.value.schema:
+        return fields
+    client = client_for(registry)
+    latest = {}
+    for topic in config.source.topics:
+        subject = subject_for(section.subject_name_strategy, topic, section.record_name)
+        try:
+            latest[subject] = client.latest(subject)
+        except RegistryError as exc:
+            raise ConfigError(
+                f"no columns: table.value.schema is unset and the registry did not give "
+                f"the latest schema of {subject!r}: {exc}",
+                path=config.path,
+                key="table.value.schema",
+            ) from None
+    texts = {schema.text for schema in latest.values()}
+    if len(texts) > 1:
+        raise ConfigError(
+            f"no columns: the subjects {sorted(latest)} have different latest schemas; "
+            "set table.value.schema",
+            path=config.path,
+            key="table.value.schema",
+        )
+    fields["value_avro_schema"] = texts.pop()
+    return fields
 
 
 def upkeep_settings(config: IngestConfig) -> UpkeepSettings:
