@@ -23,7 +23,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
-from ingest.config import load_config
+from ingest.config import IngestConfig, load_config
 from ingest.errors import ConfigError
 from ingest.supervisor.group_run import group_run
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
@@ -103,43 +103,54 @@ def serialized(registry: SchemaRegistry, topic: str) -> tuple[list[tuple[int, by
     return values, 3_000
 
 
-def test_avro_values_land_as_columns_and_bad_ones_as_dead_letters(
-    broker: KafkaCluster, schema_registry: SchemaRegistry, tmp_path: Path
-) -> None:
-    topic, group = unique_name("avro"), unique_name("g")
-    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    values, count = serialized(schema_registry, topic)
-    good = values[5][1]
-    assert good is not None and good[0] == 0
-    bad = [
-        (0, b"\x01" + good[1:]),  # not the magic byte
-        (1, good[:3]),  # shorter than the header
-        (0, good[:-4]),  # the datum cut short
-        (1, b"\x00\x00\x0f\x42\x3f" + good[5:]),  # schema id 999,999: unknown
-    ]
-    produce(broker.bootstrap, topic, values + bad)
+def land(
+    broker: KafkaCluster,
+    tmp_path: Path,
+    topic: str,
+    value: dict[str, Any],
+    registry: dict[str, Any],
+) -> IngestConfig:
+    """``ingest run --until-end`` (in this process) of ``topic`` into a table under
+    ``tmp_path``, on the local engine; its config."""
     path = write_config(
         tmp_path / "run.toml",
         bootstrap=broker.bootstrap,
         topic=topic,
-        group=group,
+        group=unique_name("g"),
         table=tmp_path / "table",
-        sections={
-            "table": {"value": {"format": "avro", "schema": DDL}},
-            "schema_registry": {
-                "urls": [schema_registry.url],
-                "retry_timeout": "2s",
-                "on_error": "dead_letter",
-            },
-        },
+        sections={"table": {"value": value}, "schema_registry": registry},
     )
     cfg = load_config(path)
     engine = group_run(cfg, until_end=True)
     assert engine.spark.local is not None  # decoded in the local engine's task processes
     outcome = engine.run()
     assert outcome.exit_code == 0, outcome.message
+    return cfg
+
+
+def test_avro_values_land_as_columns_and_bad_ones_as_dead_letters(
+    broker: KafkaCluster, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    topic = unique_name("avro")
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    values, count = serialized(schema_registry, topic)
+    good = values[5][1]
+    assert good is not None and good[0] == 0
+    bad: list[tuple[int, bytes | None]] = [
+        (0, b"\x01" + good[1:]),  # not the magic byte
+        (1, good[:3]),  # shorter than the header
+        (0, good[:-4]),  # the datum cut short
+        (1, b"\x00\x00\x0f\x42\x3f" + good[5:]),  # schema id 999,999: unknown
+    ]
+    produce(broker.bootstrap, topic, values + bad)
+    registry = {"urls": [schema_registry.url], "retry_timeout": "2s", "on_error": "dead_letter"}
+    cfg = land(broker, tmp_path, topic, {"format": "avro", "schema": DDL}, registry)
     verdict = verify_exact(
-        broker.bootstrap, topic, group, cfg.table.uri, dead_letter_uri=cfg.dead_letter_uri()
+        broker.bootstrap,
+        topic,
+        cfg.source.group_id,
+        cfg.table.uri,
+        dead_letter_uri=cfg.dead_letter_uri(),
     )
     verdict.raise_if_not_exact()
     assert verdict.dead_letters == len(bad)
@@ -169,24 +180,11 @@ def test_avro_values_land_as_columns_and_bad_ones_as_dead_letters(
 def test_without_a_ddl_the_columns_are_the_subjects_latest_schema(
     broker: KafkaCluster, schema_registry: SchemaRegistry, tmp_path: Path
 ) -> None:
-    topic, group = unique_name("avro-latest"), unique_name("g")
+    topic = unique_name("avro-latest")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     values, count = serialized(schema_registry, topic)
     produce(broker.bootstrap, topic, values)
-    path = write_config(
-        tmp_path / "run.toml",
-        bootstrap=broker.bootstrap,
-        topic=topic,
-        group=group,
-        table=tmp_path / "table",
-        sections={
-            "table": {"value": {"format": "avro"}},
-            "schema_registry": {"urls": [schema_registry.url]},
-        },
-    )
-    cfg = load_config(path)
-    outcome = group_run(cfg, until_end=True).run()
-    assert outcome.exit_code == 0, outcome.message
+    cfg = land(broker, tmp_path, topic, {"format": "avro"}, {"urls": [schema_registry.url]})
     table = DeltaTable(cfg.table.uri).to_pyarrow_table()
     assert table.num_rows == count
     assert "coupon" in table.column_names  # V2, the latest
@@ -198,7 +196,7 @@ def test_a_schema_polars_cannot_read_goes_a_record_at_a_time(
 ) -> None:
     """A map, a union of two types and a time: fastavro's route, the same columns as
     Spark's from_avro (member0/member1, time-millis as an int)."""
-    topic, group = unique_name("avro-slow"), unique_name("g")
+    topic = unique_name("avro-slow")
     create_topic(broker.bootstrap, topic, partitions=1)
     schema = {
         "type": "record",
@@ -218,20 +216,7 @@ def test_a_schema_polars_cannot_read_goes_a_record_at_a_time(
         for n in range(200)
     ]
     produce(broker.bootstrap, topic, [(0, serializer(r, context)) for r in rows])
-    path = write_config(
-        tmp_path / "run.toml",
-        bootstrap=broker.bootstrap,
-        topic=topic,
-        group=group,
-        table=tmp_path / "table",
-        sections={
-            "table": {"value": {"format": "avro"}},
-            "schema_registry": {"urls": [schema_registry.url]},
-        },
-    )
-    cfg = load_config(path)
-    outcome = group_run(cfg, until_end=True).run()
-    assert outcome.exit_code == 0, outcome.message
+    cfg = land(broker, tmp_path, topic, {"format": "avro"}, {"urls": [schema_registry.url]})
     table = DeltaTable(cfg.table.uri).to_pyarrow_table().sort_by("offset")
     assert table.num_rows == 200
     first, second = table.slice(0, 2).to_pylist()
