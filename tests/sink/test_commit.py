@@ -48,7 +48,9 @@ def test_table_config_refuses_what_cannot_work() -> None:
     with pytest.raises(ConfigError, match=r"table\.value\.schema"):
         TableConfig(uri="/t", group="g", value_format="json")
     with pytest.raises(ConfigError, match=r"table\.value\.format"):
-        TableConfig(uri="/t", group="g", value_format="avro")  # type: ignore[arg-type]
+        TableConfig(uri="/t", group="g", value_format="protobuf")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="schema registry"):
+        TableConfig(uri="/t", group="g", value_format="avro")
     config = TableConfig(
         uri="s3://b/t/", group="g", storage_options={"AWS_SECRET_ACCESS_KEY": "hunter2"}
     )
