@@ -1,0 +1,154 @@
+"""Avro decode benchmark: Confluent-framed values in memory -> Arrow columns.
+
+1M values (``--records``) of a 10-field record with a nested record, a decimal, a
+timestamp, an array, an enum and a nullable string (~200 bytes each), serialized by
+confluent-kafka's ``AvroSerializer`` through a real schema registry (Apicurio, started
+by the harness), then decoded by:
+
+* ingest's ``spark_jobs.avro.decode_avro`` (polars' reader over an in-memory object
+  container, sizes checked back), in windows of 65,536 values as the decoder runs them;
+* fastavro a record at a time (``schemaless_reader``) into ``pa.Table.from_pylist`` with
+  the same columns: what a Python consumer does without a vectorized route.
+
+The registry's answer is cached before timing (both sides fetch the schema once).
+Structured Streaming's ``from_avro`` is not compared yet (its spark-avro jar and a
+Confluent-header strip in SQL are the next step).
+
+    .venv/bin/python scripts/bench/avro_decode.py [--records 1000000] [--repeat 3]
+
+The last line is ``RESULT records_per_s=<ingest> vs_fastavro=<ratio>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import decimal
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ingest.registry import RegistrySettings
+from ingest.testing import SchemaRegistry
+from spark_jobs.avro import AvroSpec, decode_avro
+from spark_jobs.avro_schema import value_schema
+
+WINDOW = 65_536
+SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "Event",
+    "namespace": "bench",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "user", "type": "string"},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["view", "click", "buy"]}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "score", "type": "double"},
+        {"name": "ok", "type": "boolean"},
+        {
+            "name": "device",
+            "type": {
+                "type": "record",
+                "name": "Device",
+                "fields": [{"name": "os", "type": "string"}, {"name": "build", "type": "int"}],
+            },
+        },
+    ],
+}  # fmt: skip
+
+
+def event(n: int) -> dict[str, Any]:
+    return {
+        "id": n,
+        "user": f"user-{n % 10_000:05d}",
+        "amount": decimal.Decimal(n % 100_000) / 100,
+        "at": dt.datetime(2026, 11, 24, tzinfo=dt.UTC) + dt.timedelta(microseconds=n * 997),
+        "kind": ("view", "click", "buy")[n % 3],
+        "tags": [f"tag-{n % 17}", f"campaign-{n % 101}", "mobile"][: 1 + n % 3],
+        "note": None if n % 4 else f"a note about event {n} with some words in it",
+        "score": n / 7,
+        "ok": n % 2 == 0,
+        "device": {"os": ("android", "ios", "web")[n % 3], "build": 1000 + n % 500},
+    }
+
+
+def serialized(url: str, count: int) -> list[bytes]:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(SCHEMA))
+    context = SerializationContext("bench-avro", MessageField.VALUE)
+    return [serializer(event(n), context) for n in range(count)]
+
+
+def ingest_decode(values: pa.Array, spec: AvroSpec) -> int:
+    rows = 0
+    for start in range(0, len(values), WINDOW):
+        fields, _good, errors = decode_avro(values.slice(start, WINDOW), spec)
+        assert not errors, errors[:3]
+        rows += fields.num_rows
+    return rows
+
+
+def fastavro_decode(values: list[bytes], schema: pa.Schema) -> int:
+    import fastavro
+
+    parsed = fastavro.parse_schema(SCHEMA)
+    rows = 0
+    for start in range(0, len(values), WINDOW):
+        records = [
+            fastavro.schemaless_reader(io.BytesIO(v[5:]), parsed, None)
+            for v in values[start : start + WINDOW]
+        ]
+        rows += pa.Table.from_pylist(records, schema=schema).num_rows
+    return rows
+
+
+def best(repeat: int, run: Any) -> tuple[float, int]:
+    times, rows = [], 0
+    for _ in range(repeat):
+        began = time.perf_counter()
+        rows = run()
+        times.append(time.perf_counter() - began)
+    return min(times), rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    with SchemaRegistry() as registry:
+        began = time.perf_counter()
+        values = serialized(registry.url, args.records)
+        mean = sum(len(v) for v in values) / len(values)
+        print(
+            f"# {args.records:,} values, {mean:.0f} bytes each on average, serialized in "
+            f"{time.perf_counter() - began:.1f}s",
+            flush=True,
+        )
+        array = pa.array(values, pa.binary())
+        spec = AvroSpec(RegistrySettings((registry.url,)), value_schema(json.dumps(SCHEMA)))
+        decode_avro(array.slice(0, 10), spec)  # the schema, fetched and cached
+        ours, rows = best(args.repeat, lambda: ingest_decode(array, spec))
+        assert rows == args.records
+        theirs, rows = best(args.repeat, lambda: fastavro_decode(values, spec.schema))
+        assert rows == args.records
+    print(f"ingest decode_avro      {ours:7.2f}s  {args.records / ours:12,.0f} records/s")
+    print(f"fastavro + from_pylist  {theirs:7.2f}s  {args.records / theirs:12,.0f} records/s")
+    print(f"RESULT records_per_s={args.records / ours:.0f} vs_fastavro={theirs / ours:.2f}")
+
+
+if __name__ == "__main__":
+    main()
