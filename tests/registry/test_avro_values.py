@@ -25,9 +25,10 @@ from deltalake import DeltaTable
 
 from ingest.config import IngestConfig, load_config
 from ingest.errors import ConfigError
+from ingest.group import Partition
 from ingest.supervisor.group_run import group_run
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
-from tests.runtime.support import write_config
+from tests.runtime.support import group_offsets, write_config
 
 PARTITIONS = 2
 
@@ -109,6 +110,8 @@ def land(
     topic: str,
     value: dict[str, Any],
     registry: dict[str, Any],
+    *,
+    group: str | None = None,
 ) -> IngestConfig:
     """``ingest run --until-end`` (in this process) of ``topic`` into a table under
     ``tmp_path``, on the local engine; its config."""
@@ -116,7 +119,7 @@ def land(
         tmp_path / "run.toml",
         bootstrap=broker.bootstrap,
         topic=topic,
-        group=unique_name("g"),
+        group=group or unique_name("g"),
         table=tmp_path / "table",
         sections={"table": {"value": value}, "schema_registry": registry},
     )
@@ -302,3 +305,51 @@ def test_a_datum_with_bytes_too_many_does_not_shift_the_next_ones(
     assert good.tolist() == list(range(500))
     assert fields.column("a").to_pylist() == [None if n == 300 else n for n in range(500)]
     assert fields.column("b").to_pylist() == [None if n == 300 else 10 * n for n in range(500)]
+
+
+def test_a_registry_that_stays_down_stops_the_run_and_commits_nothing(
+    broker: KafkaCluster, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    """on_error "fail": each batch attempt retries the registry for retry_timeout, the
+    batch fails three times and the run stops naming the registry; no row, no dead letter
+    and no offset are committed, so a rerun with the registry back lands everything."""
+    topic = unique_name("avro-down")
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    values, count = serialized(schema_registry, topic)
+    produce(broker.bootstrap, topic, values)
+    down = {"urls": ["http://127.0.0.1:9/apis/ccompat/v7"], "retry_timeout": "500ms"}
+    path = write_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=unique_name("g"),
+        table=tmp_path / "table",
+        sections={"table": {"value": {"format": "avro", "schema": DDL}}, "schema_registry": down},
+    )
+    cfg = load_config(path)
+    outcome = group_run(cfg, until_end=True).run()
+    assert outcome.exit_code == 1
+    assert "schema registry did not answer" in outcome.message, outcome.message
+    assert not (tmp_path / "table" / "_delta_log").exists() or (
+        DeltaTable(cfg.table.uri).to_pyarrow_table().num_rows == 0
+    )
+    partitions = [Partition(topic, p) for p in range(PARTITIONS)]
+    assert set(group_offsets(cfg, partitions).values()) == {None}
+    # The registry back: a rerun of the same group lands every record once.
+    registry = {"urls": [schema_registry.url]}
+    cfg = land(
+        broker,
+        tmp_path,
+        topic,
+        {"format": "avro", "schema": DDL},
+        registry,
+        group=cfg.source.group_id,
+    )
+    verify_exact(
+        broker.bootstrap,
+        topic,
+        cfg.source.group_id,
+        cfg.table.uri,
+        dead_letter_uri=cfg.dead_letter_uri(),
+    ).raise_if_not_exact()
+    assert DeltaTable(cfg.table.uri).to_pyarrow_table().num_rows == count
