@@ -75,7 +75,7 @@ def event(n: int) -> dict[str, Any]:
         "at": dt.datetime(2026, 11, 24, tzinfo=dt.UTC) + dt.timedelta(microseconds=n * 997),
         "kind": ("view", "click", "buy")[n % 3],
         "tags": [f"tag-{n % 17}", f"campaign-{n % 101}", "mobile"][: 1 + n % 3],
-        "note": None if n % 4 else f"a note about event {n} with some words in it",
+        "note": None if n % 10 == 0 else f"event {n:08d}: " + "a note with some words in it, " * 4,
         "score": n / 7,
         "ok": n % 2 == 0,
         "device": {"os": ("android", "ios", "web")[n % 3], "build": 1000 + n % 500},
