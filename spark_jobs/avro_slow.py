@@ -95,18 +95,21 @@ def _is_member(value: Any, member: Any) -> bool:
     if isinstance(value, tuple):
         names = (member.get("name"), full_name(member)) if isinstance(member, dict) else ()
         return kind == "record" and value[0] in names
-    checks: dict[str, Callable[[Any], bool]] = {
-        "boolean": lambda v: isinstance(v, bool),
-        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "long": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "float": lambda v: isinstance(v, float),
-        "double": lambda v: isinstance(v, float),
-        "string": lambda v: isinstance(v, str),
-        "enum": lambda v: isinstance(v, str),
-        "bytes": lambda v: isinstance(v, bytes),
-        "fixed": lambda v: isinstance(v, bytes),
-        "array": lambda v: isinstance(v, list),
-        "map": lambda v: isinstance(v, dict),
-    }
-    check = checks.get(str(kind))
+    check = _MEMBER_CHECKS.get(str(kind))
     return check is not None and check(value)
+
+
+# Which Python value (as fastavro gives it) a union member holds, by the member's type.
+_MEMBER_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "boolean": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "long": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, float),
+    "double": lambda v: isinstance(v, float),
+    "string": lambda v: isinstance(v, str),
+    "enum": lambda v: isinstance(v, str),
+    "bytes": lambda v: isinstance(v, bytes),
+    "fixed": lambda v: isinstance(v, bytes),
+    "array": lambda v: isinstance(v, list),
+    "map": lambda v: isinstance(v, dict),
+}

@@ -310,6 +310,11 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
     avro = None
     if config.value_format == "avro":
         assert config.registry is not None
+        if json_schema is None and not config.value_avro_schema:
+            raise ConfigError(
+                "avro values need columns: a DDL schema or the subject's latest schema",
+                key="table.value.schema",
+            )
         columns = json_schema or value_schema(config.value_avro_schema or "")
         avro = AvroSpec(config.registry, columns, config.on_registry_error)
         json_schema = None

@@ -108,14 +108,8 @@ class TableConfig:
             raise ConfigError(
                 "a value schema only applies to json and avro", key="table.value.schema"
             )
-        if self.value_format == "avro":
-            if self.registry is None:
-                raise ConfigError("avro values need a schema registry", key="schema_registry")
-            if not self.value_schema and not self.value_avro_schema:
-                raise ConfigError(
-                    "avro values need columns: a DDL schema or the subject's latest schema",
-                    key="table.value.schema",
-                )
+        if self.value_format == "avro" and self.registry is None:
+            raise ConfigError("avro values need a schema registry", key="schema_registry")
         if self.tombstones is None:
             object.__setattr__(self, "tombstones", "delete" if self.mode == "upsert" else "keep")
         check_changes(self.mode, self.value_format, self.value_envelope, self.tombstones)

@@ -192,8 +192,13 @@ def fetch_settings(config: IngestConfig) -> FetchSettings:
     )
 
 
-def table_config(config: IngestConfig) -> TableConfig:
+def table_config(config: IngestConfig, *, value_avro_schema: str | None = None) -> TableConfig:
+    """The table as the sink sees it. ``value_avro_schema``: avro's columns when no DDL
+    gives them (``latest_avro_schema``, read from the registry by the engine only: upkeep
+    and ``ingest status`` need no registry)."""
     table = config.table
+    registry = registry_settings(config) if table.value.format == "avro" else None
+    on_error = config.schema_registry.on_error if config.schema_registry else "fail"
     return TableConfig(
         uri=table.uri,
         group=config.source.group_id,
@@ -203,7 +208,9 @@ def table_config(config: IngestConfig) -> TableConfig:
         value_format=table.value.format,
         value_schema=table.value.schema,
         value_envelope=table.value.envelope,
-        **_avro_settings(config),
+        registry=registry,
+        on_registry_error=on_error,
+        value_avro_schema=value_avro_schema,
         tombstones=table.tombstones,
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
@@ -230,17 +237,14 @@ def registry_settings(config: IngestConfig) -> RegistrySettings | None:
     )
 
 
-def _avro_settings(config: IngestConfig) -> dict[str, Any]:
-    """TableConfig's avro fields: the registry, and (without a DDL schema) the Avro record
-    giving the columns: the latest schema of each topic's subject, which must agree."""
-    registry = registry_settings(config)
-    if config.table.value.format != "avro" or registry is None:
-        return {}
+def latest_avro_schema(config: IngestConfig) -> str | None:
+    """Avro's columns when ``table.value.schema`` does not give them: the latest schema of
+    each topic's subject, which must agree (None when not needed)."""
     section = config.schema_registry
+    registry = registry_settings(config)
+    if config.table.value.format != "avro" or config.table.value.schema or registry is None:
+        return None
     assert section is not None
-    fields: dict[str, Any] = {"registry": registry, "on_registry_error": section.on_error}
-    if config.table.value.schema:
-        return fields
     client = client_for(registry)
     latest = {}
     for topic in config.source.topics:
@@ -262,8 +266,7 @@ def _avro_settings(config: IngestConfig) -> dict[str, Any]:
             path=config.path,
             key="table.value.schema",
         )
-    fields["value_avro_schema"] = texts.pop()
-    return fields
+    return texts.pop()
 
 
 def upkeep_settings(config: IngestConfig) -> UpkeepSettings:
