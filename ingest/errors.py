@@ -4,8 +4,10 @@ Every exception the package raises on purpose derives from ``IngestError``::
 
     IngestError
     ├── ConfigError                  bad or missing configuration (CLI exit code 2)
-    │   └── HandoffTooSmall          the handoff cannot hold one segment per partition
-    │                                (ingest/handoff/space.py)
+    │   ├── HandoffTooSmall          the handoff cannot hold one segment per partition
+    │   │                            (ingest/handoff/space.py)
+    │   └── IncompatibleSchemaError  a writer's schema does not fit the table, and
+    │                                [table.value] on_incompatible = "fail" (the run stops)
     ├── ProtocolError                bytes that do not follow the Kafka protocol
     │   ├── DecodeError              a decoder met bytes it cannot parse (offset, field)
     │   ├── EncodeError              a value the chosen version cannot carry
@@ -72,6 +74,13 @@ class ConfigError(IngestError):
         self.key = key
         where = ": ".join(part for part in (path, key) if part)
         super().__init__(f"{where}: {message}" if where else message)
+
+
+class IncompatibleSchemaError(ConfigError):
+    """A writer's schema (from the registry) that does not fit the table's columns, or
+    that its format cannot map to columns: its records cannot land without a silent cast
+    or a dropped field. A config error because the choice is the operator's: dead-letter
+    such records (``on_incompatible``) or change the table."""
 
 
 class ProtocolError(IngestError):

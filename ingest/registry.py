@@ -32,12 +32,17 @@ from ingest.client.config import Secret
 from ingest.errors import RegistryError
 
 __all__ = [
+    "REGISTRY_FORMATS",
     "RegisteredSchema",
     "RegistryClient",
     "RegistrySettings",
     "client_for",
     "subject_for",
 ]
+
+
+# The value formats whose writers' schemas a registry holds (spark_jobs/framed.py).
+REGISTRY_FORMATS = ("avro",)
 
 
 @dataclass(frozen=True)

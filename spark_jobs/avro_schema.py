@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,22 +15,11 @@ __all__ = [
     "arrow_type",
     "as_schema",
     "full_name",
-    "value_schema",
     "vectorized",
 ]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 LOCAL_TIMESTAMP = pa.timestamp("us")
-
-
-def value_schema(text: str) -> pa.Schema:
-    """The columns of a record schema (its fields, all nullable), as the table holds them."""
-    parsed = json.loads(text)
-    if not isinstance(parsed, dict) or parsed.get("type") != "record":
-        raise ConfigError("the value schema must be an Avro record", key="table.value")
-    struct = arrow_type(parsed, {})
-    assert isinstance(struct, pa.StructType)
-    return pa.schema([struct.field(i).with_nullable(True) for i in range(struct.num_fields)])
 
 
 def arrow_type(avro: Any, names: dict[str, pa.DataType]) -> pa.DataType:

@@ -9,8 +9,10 @@ Values decode by the table's ``value_format``:
 
 * ``binary``: kept as they are.
 * ``string``: UTF-8 checked; a value that is not UTF-8 is a dead letter.
-* ``avro``: Confluent-framed Avro, the writers' schemas from the registry
-  (``avro.py``); the fields become columns like json's.
+* ``avro`` (and the other ``REGISTRY_FORMATS``): values in the Confluent wire format,
+  the writers' schemas from the registry (``framed.py``); the fields become columns like
+  json's, and a writer's new top-level fields become new columns after them (the batch's
+  rows then carry columns beyond ``output_schema``: ``added_columns``).
 * ``json``: the fields of the configured schema become columns (``value`` is
   dropped), parsed a window at a time (``text_values.py``); what does not parse
   is a dead letter. A null value (tombstone) is a row whose fields are all null.
@@ -32,20 +34,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import ConfigError
-from ingest.sink.config import BASE_COLUMNS, DEAD_LETTER_COLUMN, DELETE_COLUMN, TableConfig
+from ingest.registry import client_for
+from ingest.sink.config import (
+    BASE_COLUMNS,
+    DEAD_LETTER_COLUMN,
+    DELETE_COLUMN,
+    FIELD_FORMATS,
+    REGISTRY_FORMATS,
+    TableConfig,
+)
 from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
-from spark_jobs.avro import AvroSpec, decode_avro, value_schema
 from spark_jobs.changes import (
     TOMBSTONE_DEAD_LETTER,
     debezium_changes,
     debezium_schema,
     tombstone_deletes,
 )
+from spark_jobs.framed import FramedSpec, decode_framed, format_of
 from spark_jobs.text_values import json_fields, utf8_errors
 
 __all__ = [
     "DecodeSpec",
     "Decoded",
+    "added_columns",
     "decode",
     "drop_through",
     "spark_records",
@@ -66,12 +77,12 @@ class DecodeSpec:
     envelope: str = "none"  # or debezium
     merge_keys: tuple[str, ...] = ()
     deletes: bool = False  # rows carry DELETE_COLUMN (upsert)
-    avro: AvroSpec | None = None  # value_format "avro"
+    framed: FramedSpec | None = None  # the REGISTRY_FORMATS
 
     @property
     def fields_schema(self) -> pa.Schema | None:
-        """The value's fields as columns (json and avro), else None."""
-        return self.avro.schema if self.avro is not None else self.json_schema
+        """The value's fields as columns (json and the registry's formats), else None."""
+        return self.framed.schema if self.framed is not None else self.json_schema
 
     def __post_init__(self) -> None:
         if self.tombstones == "delete" and not self.deletes:
@@ -80,9 +91,9 @@ class DecodeSpec:
             raise ConfigError(
                 "debezium needs json values in upsert mode", key="table.value.envelope"
             )
-        if self.value_format == "avro" and self.avro is None:
-            raise ConfigError("avro values need a registry", key="schema_registry")
-        if self.value_format in ("json", "avro"):
+        if self.value_format in REGISTRY_FORMATS and self.framed is None:
+            raise ConfigError(f"{self.value_format} values need a registry", key="schema_registry")
+        if self.value_format in FIELD_FORMATS:
             fields = self.fields_schema
             if fields is None:
                 raise ConfigError("json values need a schema", key="table.value.schema")
@@ -184,9 +195,16 @@ def decode(
         for start in range(0, records.num_rows, _WINDOW)
     ]
     return Decoded(
-        pa.concat_tables([part.rows for part in parts]),
+        pa.concat_tables([part.rows for part in parts], promote_options="default"),
         pa.concat_tables([part.dead for part in parts]),
     )
+
+
+def added_columns(schema: pa.Schema, spec: DecodeSpec) -> list[pa.Field]:
+    """The columns of ``schema`` (decoded rows, or their value fields) beyond
+    ``spec.output_schema()``: those new writers' schemas add (nullable)."""
+    known = set(spec.output_schema().names) | {"value"}
+    return [field.with_nullable(True) for field in schema if field.name not in known]
 
 
 def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime | None) -> Decoded:
@@ -216,11 +234,11 @@ def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime
         parts.append((good, None, None))
         if bad is not None:
             refused.append((bad, messages))
-    elif spec.value_format == "avro":
-        assert spec.avro is not None
-        fields, good_index, errors = decode_avro(
-            records.column("value").combine_chunks(), spec.avro
+    elif spec.framed is not None:
+        fields, good_index, errors = decode_framed(
+            records.column("value").combine_chunks(), spec.framed
         )
+        schema = pa.schema([*schema, *added_columns(fields.schema, spec)])
         good, bad, messages = _split(records, good_index, errors)
         parts.append((good, fields, None))
         if bad is not None:
@@ -269,12 +287,19 @@ def _rows(
     fields: pa.Table | None,
     deletes: pa.Array | None,
 ) -> pa.Table:
-    """Rows of ``schema`` from decoded records (their value fields: json, avro)."""
-    if spec.value_format in ("json", "avro"):
+    """Rows of ``schema`` from decoded records (their value fields: json, the registry's
+    formats; a column ``schema`` adds that a part lacks is null in its rows)."""
+    if spec.value_format in FIELD_FORMATS:
         assert fields is not None
         records = records.drop_columns(["value"])
         for name in fields.column_names:
             records = records.append_column(name, fields.column(name))
+        for field in schema:
+            if field.name not in records.column_names and field.name not in (
+                spec.date_column,
+                DELETE_COLUMN,
+            ):
+                records = records.append_column(field, pa.nulls(records.num_rows, field.type))
     elif spec.value_format == "string" and records.schema.field("value").type != pa.string():
         records = records.set_column(
             records.schema.get_field_index("value"),
@@ -305,18 +330,30 @@ def _split(
 
 
 def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec:
-    """How ``config``'s values decode, given its value schema in Arrow (json, or avro
-    with a DDL schema; None otherwise)."""
-    avro = None
-    if config.value_format == "avro":
+    """How ``config``'s values decode, given its value schema in Arrow (json, or a
+    registry's format with a DDL schema; None otherwise)."""
+    framed = None
+    if config.value_format in REGISTRY_FORMATS:
         assert config.registry is not None
-        if json_schema is None and not config.value_avro_schema:
-            raise ConfigError(
-                "avro values need columns: a DDL schema or the subject's latest schema",
-                key="table.value.schema",
+        if json_schema is None:
+            if config.value_registered is None:
+                raise ConfigError(
+                    f"{config.value_format} values need columns: a DDL schema or the "
+                    "subject's latest schema",
+                    key="table.value.schema",
+                )
+            struct = format_of(config.value_format).columns(
+                config.value_registered, client_for(config.registry)
             )
-        columns = json_schema or value_schema(config.value_avro_schema or "")
-        avro = AvroSpec(config.registry, columns, config.on_registry_error)
+            json_schema = pa.schema([struct.field(i) for i in range(struct.num_fields)])
+        framed = FramedSpec(
+            config.value_format,
+            config.registry,
+            pa.schema([f.with_nullable(True) for f in json_schema]),
+            required=frozenset(f.name for f in json_schema if not f.nullable),
+            on_registry_error=config.on_registry_error,
+            on_incompatible=config.on_incompatible,
+        )
         json_schema = None
     return DecodeSpec(
         config.value_format,
@@ -326,5 +363,5 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
         envelope=config.value_envelope,
         merge_keys=config.merge_keys,
         deletes=config.deletes,
-        avro=avro,
+        framed=framed,
     )

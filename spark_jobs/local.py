@@ -28,11 +28,11 @@ from concurrent.futures.process import BrokenProcessPool
 
 from ingest.ddl import arrow_schema
 from ingest.errors import SinkError
-from ingest.sink.config import TableConfig
+from ingest.sink.config import FIELD_FORMATS, TableConfig
 from ingest.sink.files import DataFile
 from ingest.sink.land import WriteRequest, WrittenFiles
 from spark_jobs.decode import DecodeSpec, table_spec
-from spark_jobs.plan import ReadPlan, SegmentTask, collect_rows, encode_plan
+from spark_jobs.plan import ReadPlan, SegmentTask, added_schema, collect_rows, encode_plan
 from spark_jobs.task_process import TASK_PROCESS_NAME, ready, run_task, task_process_start
 from spark_jobs.tasks import group_segments
 
@@ -60,7 +60,7 @@ def local_decode_spec(config: TableConfig) -> DecodeSpec | None:
     if config.transform:
         return None
     json_schema = None
-    if config.value_format in ("json", "avro") and config.value_schema:
+    if config.value_format in FIELD_FORMATS and config.value_schema:
         json_schema = arrow_schema(config.value_schema)
         if json_schema is None:
             return None
@@ -142,12 +142,15 @@ class LocalFiles:
     def _run(self, plan: ReadPlan) -> WrittenFiles:
         data: list[DataFile] = []
         dead: list[DataFile] = []
+        schema = self.spec.output_schema()
         if plan.tasks:
-            data, dead, _ = collect_rows(self.tasks.run(plan))  # files tasks reject nothing
+            rows = self.tasks.run(plan)
+            data, dead, _ = collect_rows(rows)  # files tasks reject nothing
+            schema = added_schema(rows, schema)
         return WrittenFiles(
             data=tuple(data),
             dead=tuple(dead),
             rejected=(),
-            schema=self.spec.output_schema(),
+            schema=schema,
             path="local" if plan.tasks else "none",
         )

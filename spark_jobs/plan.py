@@ -5,7 +5,8 @@ segments, or a row range of them: ``tasks.group_segments``), what the table alre
 (the txn versions, so those offsets are dropped), how values decode, and where files go.
 ``files_task`` runs one task of a ``files`` plan: its rows and dead letters written as
 Parquet with pyarrow straight into the table's location, described as (kind, DataFile
-JSON) pairs. Spark runs it as an RDD task (``job.py``), the local engine in a process of
+JSON) pairs, and a ``columns`` pair when a writer's schema added columns (the Arrow
+schema of those, ``added_schema``). Spark runs it as an RDD task (``job.py``), the local engine in a process of
 its own pool (``local.py``), the Python Data Source reads plans too (``source.py``).
 
 File names carry the plan token and the task index, so a retried task overwrites its own
@@ -24,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ingest.errors import IncompatibleSchemaError
 from ingest.handoff import read_segment
 from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.storage import TableLocation
-from spark_jobs.decode import DecodeSpec, decode, drop_through, spark_records
+from spark_jobs.decode import DecodeSpec, added_columns, decode, drop_through, spark_records
 
 if TYPE_CHECKING:  # the landing protocol's types; a task process never imports it
     from ingest.sink.deadletter import Rejected
@@ -35,10 +37,12 @@ if TYPE_CHECKING:  # the landing protocol's types; a task process never imports 
 
 __all__ = [
     "FILES_SCHEMA",
+    "KIND_COLUMNS",
     "KIND_DATA",
     "KIND_DEAD",
     "ReadPlan",
     "SegmentTask",
+    "added_schema",
     "collect_rows",
     "dead_letter_name",
     "decode_plan",
@@ -50,6 +54,7 @@ __all__ = [
 FILES_SCHEMA = "kind string, file string"
 KIND_DATA = "data"
 KIND_DEAD = "dead"
+KIND_COLUMNS = "columns"
 
 
 @dataclass(frozen=True)
@@ -141,9 +146,34 @@ def files_task(plan: ReadPlan, index: int) -> list[tuple[str, str]]:
         rows, plan.table, name=name, partition_by=plan.partition_by, prefix=plan.prefix
     )
     dead_files = write_data_files(dead, plan.dead, name=f"{name}-dead")
-    return [(KIND_DATA, f.to_json()) for f in files] + [
-        (KIND_DEAD, f.to_json()) for f in dead_files
-    ]
+    added = added_columns(rows.schema, plan.spec)
+    columns = [(KIND_COLUMNS, _schema_text(pa.schema(added)))] if added and files else []
+    return (
+        [(KIND_DATA, f.to_json()) for f in files]
+        + [(KIND_DEAD, f.to_json()) for f in dead_files]
+        + columns
+    )
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def added_schema(rows: Iterable[tuple[str, str]], base: pa.Schema) -> pa.Schema:
+    """``base`` and, after it, the columns the tasks' ``columns`` rows add (one type per
+    name: two writers' schemas that add one column with two types are refused)."""
+    fields = {field.name: field for field in base}
+    for kind, text in rows:
+        if kind != KIND_COLUMNS:
+            continue
+        for added in pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text))):
+            known = fields.setdefault(added.name, added)
+            if known.type != added.type:
+                raise IncompatibleSchemaError(
+                    f"two writers' schemas give column {added.name!r} two types: "
+                    f"{known.type} and {added.type}"
+                )
+    return pa.schema(list(fields.values()))
 
 
 def collect_rows(
@@ -159,7 +189,7 @@ def collect_rows(
             data.append(DataFile.from_json(text))
         elif kind == KIND_DEAD:
             dead.append(DataFile.from_json(text))
-        else:
+        elif kind != KIND_COLUMNS:  # added columns: ``added_schema``
             topic, partition, offset, message = json.loads(text)
             rejected.append((topic, int(partition), int(offset), message))
     return data, dead, rejected

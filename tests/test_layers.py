@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"errors", "protocol"},
     "group": {"errors", "protocol"},
     "handoff": {"errors", "protocol"},
-    "config": {"errors", "ddl", "client"},
+    "config": {"errors", "ddl", "client", "registry"},
     "worker": {"errors", "logs", "processes", "protocol", "client", "handoff"},
     "sink": {"errors", "faults", "protocol", "client", "registry", "handoff"},
     "spark_jobs": {

@@ -24,6 +24,7 @@ from ingest.config.sections import NOT_IN_FILE, IngestConfig, MaintenanceSection
 from ingest.config.units import DELTA_URI, HOST_PORT, SPARK_MASTER_URL, Size
 from ingest.ddl import check_ddl
 from ingest.errors import ConfigError
+from ingest.registry import REGISTRY_FORMATS
 
 
 def load_config(
@@ -203,7 +204,7 @@ def _check_consistency(config: IngestConfig) -> None:
             'format "json" needs a schema (Spark DDL)', path=path, key="table.value.schema"
         )
     _check_changes(config)
-    _check_avro(config)
+    _check_registered(config)
     if config.table.value.schema:
         try:
             check_ddl(config.table.value.schema)
@@ -226,13 +227,14 @@ def _check_consistency(config: IngestConfig) -> None:
     _check_maintenance(config)
 
 
-def _check_avro(config: IngestConfig) -> None:
+def _check_registered(config: IngestConfig) -> None:
     path, registry = config.path, config.schema_registry
-    if config.table.value.format != "avro":
+    form = config.table.value.format
+    if form not in REGISTRY_FORMATS:
         return
     if registry is None:
         raise ConfigError(
-            'format "avro" needs a [schema_registry] table', path=path, key="schema_registry"
+            f'format "{form}" needs a [schema_registry] table', path=path, key="schema_registry"
         )
     if registry.subject_name_strategy != "topic" and not registry.record_name:
         raise ConfigError(
@@ -246,14 +248,14 @@ def _check_avro(config: IngestConfig) -> None:
             path=path,
             key="schema_registry.bearer_token_env",
         )
-    # Decoding runs in the local engine's task processes (spark_jobs/avro.py); on Spark
+    # Decoding runs in the local engine's task processes (spark_jobs/framed.py); on Spark
     # (a transform, or spark.engine = "spark") it is not wired yet.
     local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", config.spark.master.strip())
     if config.table.transform is not None or config.spark.engine == "spark" or not local:
         raise ConfigError(
-            "avro values decode on the local engine: no table.transform, a local "
+            f"{form} values decode on the local engine: no table.transform, a local "
             'spark.master and spark.engine "auto" or "local" (Spark tasks do not decode '
-            "avro yet)",
+            f"{form} yet)",
             path=path,
             key="table.value.format",
         )

@@ -117,6 +117,13 @@ class ValueSection:
         'parsed into columns by schema; "avro": Confluent-framed Avro, its writers\' schemas '
         "from [schema_registry], its fields as columns.",
     )
+    on_incompatible: Literal["dead_letter", "fail"] = Field(
+        default="dead_letter",
+        description='A writer\'s schema (format "avro") that does not fit the table: a type '
+        "that is not the column's or a lossless promotion of it, a required column missing, "
+        'a nested field added. "dead_letter": its records, with the schema id and the '
+        'reason; "fail": stop the run (exit 2). New top-level fields always add columns.',
+    )
     schema: Str | None = Field(
         default=None,
         description='The values\' Spark DDL (format "json"; "avro": the columns, default the '

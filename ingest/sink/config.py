@@ -5,9 +5,9 @@ One frozen, picklable value says where the table is (``uri`` and delta-rs
 how rows land (``append`` or ``upsert`` on ``merge_keys``), what a tombstone
 (a null value) does (``tombstones``), how values decode (``binary``, ``string``,
 ``json`` with a Spark DDL schema, optionally inside a Debezium change
-envelope: ``value_envelope``, or ``avro`` in the Confluent wire format, its writers'
-schemas from ``registry`` and its columns from the DDL schema or the Avro record
-``value_avro_schema``), an optional SQL
+envelope: ``value_envelope``, or a ``REGISTRY_FORMATS`` format in the Confluent wire
+format, its writers' schemas from ``registry`` and its columns from the DDL schema or
+the subject's latest schema ``value_registered``), an optional SQL
 transform over the view ``batch``, the partition columns, and where dead letters
 go (by default a sibling table ``<uri>_dead_letters``).
 """
@@ -19,13 +19,23 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ingest.errors import ConfigError
-from ingest.registry import RegistrySettings
+from ingest.registry import REGISTRY_FORMATS, RegisteredSchema, RegistrySettings
 from ingest.sink.storage import normalize_uri
 
-__all__ = ["BASE_COLUMNS", "DEAD_LETTER_COLUMN", "DELETE_COLUMN", "TableConfig"]
+__all__ = [
+    "BASE_COLUMNS",
+    "DEAD_LETTER_COLUMN",
+    "DELETE_COLUMN",
+    "FIELD_FORMATS",
+    "REGISTRY_FORMATS",
+    "TableConfig",
+]
 
 WriteMode = Literal["append", "upsert"]
 ValueFormat = Literal["binary", "string", "json", "avro"]
+VALUE_FORMATS = ("binary", "string", "json", "avro")
+# With json, the formats in a registry (Confluent-framed): their fields become columns.
+FIELD_FORMATS = ("json", *REGISTRY_FORMATS)
 # What a record with a null value does: "delete" its key's row (upsert), "ignore" it,
 # make it a "dead_letter", or "keep" it as a row with a null value (append).
 Tombstones = Literal["delete", "ignore", "dead_letter", "keep"]
@@ -69,12 +79,14 @@ class TableConfig:
     value_format: ValueFormat = "binary"
     value_schema: str | None = None
     value_envelope: Envelope = "none"
-    # avro: where the writers' schemas are, what a registry failure costs ("fail" the
-    # batch or "dead_letter" its records), and the Avro record giving the columns when
-    # value_schema (DDL) does not.
+    # REGISTRY_FORMATS: where the writers' schemas are, what a registry failure costs
+    # ("fail" the batch or "dead_letter" its records), what a writer's schema that does
+    # not fit the table costs (spark_jobs/framed.py), and the subject's latest schema,
+    # giving the columns when value_schema (DDL) does not.
     registry: RegistrySettings | None = None
     on_registry_error: Literal["fail", "dead_letter"] = "fail"
-    value_avro_schema: str | None = None
+    on_incompatible: Literal["fail", "dead_letter"] = "dead_letter"
+    value_registered: RegisteredSchema | None = None
     tombstones: Tombstones | None = None
     transform: str | None = None
     transform_tables: Mapping[str, str] = field(default_factory=dict)
@@ -97,19 +109,22 @@ class TableConfig:
             raise ConfigError("upsert mode needs merge_keys", key="table.merge_keys")
         if self.mode == "append" and self.merge_keys:
             raise ConfigError("merge_keys only apply to upsert mode", key="table.merge_keys")
-        if self.value_format not in ("binary", "string", "json", "avro"):
+        if self.value_format not in VALUE_FORMATS:
             raise ConfigError(
-                f"must be binary, string, json or avro, got {self.value_format!r}",
+                f"must be one of {', '.join(VALUE_FORMATS)}, got {self.value_format!r}",
                 key="table.value.format",
             )
         if self.value_format == "json" and not self.value_schema:
             raise ConfigError("json values need a Spark DDL schema", key="table.value.schema")
-        if self.value_format not in ("json", "avro") and self.value_schema:
+        if self.value_format not in FIELD_FORMATS and self.value_schema:
             raise ConfigError(
-                "a value schema only applies to json and avro", key="table.value.schema"
+                f"a value schema only applies to {', '.join(FIELD_FORMATS)}",
+                key="table.value.schema",
             )
-        if self.value_format == "avro" and self.registry is None:
-            raise ConfigError("avro values need a schema registry", key="schema_registry")
+        if self.value_format in REGISTRY_FORMATS and self.registry is None:
+            raise ConfigError(
+                f"{self.value_format} values need a schema registry", key="schema_registry"
+            )
         if self.tombstones is None:
             object.__setattr__(self, "tombstones", "delete" if self.mode == "upsert" else "keep")
         check_changes(self.mode, self.value_format, self.value_envelope, self.tombstones)

@@ -14,8 +14,8 @@ source partition. The loop it runs, until the commit lands or gives up:
    cannot be re-filtered: ``StaleBatchError`` tells the caller to redo the batch.
 3. Keep only txn versions above the table's (never move a version back). With
    no file and no txn left, the batch is already durable: nothing is committed.
-4. Check that every file exists with its size (delta-rs does not), evolve the
-   schema additively if the batch has new columns (``schema.py``), commit.
+4. Check that every file exists with its size (delta-rs does not), commit, adding the
+   batch's new columns to the schema in the same commit (``schema.py``).
 5. ``CommitFailedError`` (a concurrent transaction conflicted, e.g. one that
    wrote the same app ids) or a lost creation race: back off and go to 1.
 
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import CommitProperties, DeltaTable, Field, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -52,7 +52,13 @@ from ingest.faults import fault_point
 from ingest.protocol.partition import Partition
 from ingest.sink import rewrite
 from ingest.sink.files import DataFile
-from ingest.sink.schema import evolve, nullable_schema
+from ingest.sink.schema import (
+    column_mapping,
+    evolve,
+    nullable_schema,
+    schema_changes,
+    widening,
+)
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import REWRITE_GUARD, advances, newer_txns, or_minus_one
 
@@ -279,15 +285,16 @@ class DeltaTarget:
                 if table is None:
                     self.create_empty(schema)
                     continue  # reload: the data goes through the conflict-checked path
-                try:
-                    if evolve(self.uri, table, schema):
-                        table = self.load() or table
-                except CommitFailedError:
-                    self.backoff(attempt)
-                    continue
+                added = schema_changes(table.schema(), schema)
+                if added and column_mapping(table):
+                    try:
+                        evolve(self.uri, table, schema)
+                    except CommitFailedError:
+                        self.backoff(attempt)
+                    continue  # reload: commit on the evolved snapshot
                 in_doubt = True
                 token = self._try_commit(
-                    table, [f.add_action() for f in pending], wanted, attempt, "commit"
+                    table, [f.add_action() for f in pending], wanted, attempt, "commit", added
                 )
                 if token is None:
                     in_doubt = False
@@ -410,22 +417,28 @@ class DeltaTarget:
         txns: Mapping[str, int],
         attempt: int,
         what: str,
+        added: Sequence[Field] = (),
         *,
         guarded: bool = False,
     ) -> str | None:
         """One commit of ``actions`` and ``txns``: the token it carries (find its version
         with ``version_of``), or None when a concurrent commit won (after the backoff).
-        ``guarded``: it removes files of ``table``, so it carries the rewrite guard."""
+        ``added``: columns the commit adds to the schema. ``guarded``: it removes files of
+        ``table``, so it carries the rewrite guard."""
         token = uuid.uuid4().hex
         properties = commit_properties(
             token, txns, guarded=table if guarded else None, actions=actions
         )
+        how = widening(table, list(added))
+        if added:
+            log.info("%s: adding columns %s", self.uri, [f.name for f in added])
         try:
             table.create_write_transaction(
                 list(actions),
-                "append",
-                table.schema(),
+                how.mode,
+                how.schema,
                 partition_by=list(self.partition_by) or None,
+                partition_filters=how.partition_filters,
                 commit_properties=properties,
             )
         except CommitFailedError as exc:

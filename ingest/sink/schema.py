@@ -1,8 +1,14 @@
 """Schema evolution of a Delta table: additive only.
 
-A batch may bring columns the table lacks (a wider JSON schema, a changed
-transform): they are added as nullable columns, in a commit of their own before
-the batch's. A column whose type differs is refused with ``SinkError`` naming
+A batch may bring columns the table lacks (a writer's schema with new fields, a
+wider JSON schema, a changed transform): they are added as nullable columns in the
+batch's own commit, next to its files and txn actions (``widening``), so no reader sees
+the rows without their columns or the columns without their rows. delta-rs' transaction
+API writes a ``metaData`` action only with mode "overwrite"; its partition filter there
+says which files the commit removes, and ``c IN ()`` matches none, so the commit removes
+nothing (it shows as a WRITE with mode Overwrite and no remove in the table's history).
+A table with column mapping takes its new columns in a commit of their own before the
+batch's (``evolve``: delta-rs' ALTER gives them their physical names and ids). A column whose type differs is refused with ``SinkError`` naming
 every such column, table type and batch type. Every column is nullable in the
 table: older rows lack new columns, and Delta's NOT NULL would be an invariant
 the files written here do not promise.
@@ -12,13 +18,15 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, Field, Schema
 
 from ingest.errors import SinkError
 
-__all__ = ["evolve", "nullable_schema", "schema_changes"]
+__all__ = ["Widening", "column_mapping", "evolve", "nullable_schema", "schema_changes", "widening"]
 
 log = logging.getLogger("ingest.sink")
 
@@ -70,3 +78,26 @@ def evolve(uri: str, table: DeltaTable, schema: pa.Schema) -> bool:
     log.info("%s: adding columns %s", uri, [f.name for f in added])
     table.alter.add_columns(added)
     return True
+
+
+@dataclass(frozen=True)
+class Widening:
+    """How a commit that adds columns is asked of ``create_write_transaction``."""
+
+    mode: str
+    schema: Schema
+    partition_filters: list[tuple[str, str, Any]] | None
+
+
+def widening(table: DeltaTable, added: list[Field]) -> Widening:
+    """The commit arguments that add ``added`` to ``table``'s schema and remove no file
+    (``added`` empty: a plain append)."""
+    schema = table.schema()
+    if not added:
+        return Widening("append", schema, None)
+    first = (table.metadata().partition_columns or [schema.fields[0].name])[0]
+    return Widening("overwrite", Schema([*schema.fields, *added]), [(first, "in", [])])
+
+
+def column_mapping(table: DeltaTable) -> bool:
+    return table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none"

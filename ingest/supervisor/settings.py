@@ -23,7 +23,13 @@ from ingest.group import (
 from ingest.group.assignors import Assignor
 from ingest.handoff import HandoffConfig, HandoffLocation
 from ingest.handoff.space import SpacePlan, Wanted
-from ingest.registry import RegistrySettings, client_for, subject_for
+from ingest.registry import (
+    REGISTRY_FORMATS,
+    RegisteredSchema,
+    RegistrySettings,
+    client_for,
+    subject_for,
+)
 from ingest.sink.config import TableConfig
 from ingest.sink.maintenance import UpkeepSettings
 from ingest.sink.storage import s3_filesystem_options
@@ -192,12 +198,15 @@ def fetch_settings(config: IngestConfig) -> FetchSettings:
     )
 
 
-def table_config(config: IngestConfig, *, value_avro_schema: str | None = None) -> TableConfig:
-    """The table as the sink sees it. ``value_avro_schema``: avro's columns when no DDL
-    gives them (``latest_avro_schema``, read from the registry by the engine only: upkeep
-    and ``ingest status`` need no registry)."""
+def table_config(
+    config: IngestConfig, *, value_registered: RegisteredSchema | None = None
+) -> TableConfig:
+    """The table as the sink sees it. ``value_registered``: the subject's latest schema,
+    giving the columns when no DDL does (``latest_value_schema``, read from the registry
+    by the engine only: upkeep and ``ingest status`` need no registry)."""
     table = config.table
-    registry = registry_settings(config) if table.value.format == "avro" else None
+    registered = table.value.format in REGISTRY_FORMATS
+    registry = registry_settings(config) if registered else None
     on_error = config.schema_registry.on_error if config.schema_registry else "fail"
     return TableConfig(
         uri=table.uri,
@@ -210,7 +219,8 @@ def table_config(config: IngestConfig, *, value_avro_schema: str | None = None) 
         value_envelope=table.value.envelope,
         registry=registry,
         on_registry_error=on_error,
-        value_avro_schema=value_avro_schema,
+        on_incompatible=table.value.on_incompatible,
+        value_registered=value_registered,
         tombstones=table.tombstones,
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
@@ -237,12 +247,13 @@ def registry_settings(config: IngestConfig) -> RegistrySettings | None:
     )
 
 
-def latest_avro_schema(config: IngestConfig) -> str | None:
-    """Avro's columns when ``table.value.schema`` does not give them: the latest schema of
-    each topic's subject, which must agree (None when not needed)."""
+def latest_value_schema(config: IngestConfig) -> RegisteredSchema | None:
+    """The columns' schema when ``table.value.schema`` does not give them: the latest
+    schema of each topic's subject, which must agree (None when not needed)."""
     section = config.schema_registry
     registry = registry_settings(config)
-    if config.table.value.format != "avro" or config.table.value.schema or registry is None:
+    value = config.table.value
+    if value.format not in REGISTRY_FORMATS or value.schema or registry is None:
         return None
     assert section is not None
     client = client_for(registry)
@@ -259,14 +270,14 @@ def latest_avro_schema(config: IngestConfig) -> str | None:
                 key="table.value.schema",
             ) from None
     texts = {schema.text for schema in latest.values()}
-    if len(texts) > 1:
+    if len(texts) > 1 or not latest:
         raise ConfigError(
             f"no columns: the subjects {sorted(latest)} have different latest schemas; "
             "set table.value.schema",
             path=config.path,
             key="table.value.schema",
         )
-    return texts.pop()
+    return next(iter(latest.values()))
 
 
 def upkeep_settings(config: IngestConfig) -> UpkeepSettings:

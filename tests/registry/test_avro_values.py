@@ -176,7 +176,7 @@ def test_avro_values_land_as_columns_and_bad_ones_as_dead_letters(
     reasons = sorted(str(row["error_message"]) for row in dead)
     assert any("magic byte 1" in r for r in reasons), reasons
     assert any("fewer than 5" in r for r in reasons), reasons
-    assert any("undecodable Avro datum" in r for r in reasons), reasons
+    assert any("undecodable Avro payload" in r for r in reasons), reasons
     assert any("schema id 999999" in r for r in reasons), reasons
 
 
@@ -284,8 +284,7 @@ def test_a_datum_with_bytes_too_many_does_not_shift_the_next_ones(
     the size check reads them again a block each, and every row keeps its own values
     (the extra byte ignored, as Confluent's deserializers do)."""
     from ingest.registry import RegistrySettings
-    from spark_jobs.avro import AvroSpec, decode_avro
-    from spark_jobs.avro_schema import value_schema
+    from spark_jobs.framed import FramedSpec, decode_framed
 
     schema = {
         "type": "record",
@@ -299,8 +298,9 @@ def test_a_datum_with_bytes_too_many_does_not_shift_the_next_ones(
     values: list[bytes | None] = [serializer({"a": n, "b": 10 * n}, context) for n in range(500)]
     values[100] = (values[100] or b"") + b"\x02"  # a byte too many: a long 1 to a reader
     values[300] = None  # a tombstone kept as a row: every field null
-    spec = AvroSpec(RegistrySettings((schema_registry.url,)), value_schema(json.dumps(schema)))
-    fields, good, errors = decode_avro(pa.array(values, pa.binary()), spec)
+    columns = pa.schema([pa.field("a", pa.int64()), pa.field("b", pa.int64())])
+    spec = FramedSpec("avro", RegistrySettings((schema_registry.url,)), columns)
+    fields, good, errors = decode_framed(pa.array(values, pa.binary()), spec)
     assert errors == []
     assert good.tolist() == list(range(500))
     assert fields.column("a").to_pylist() == [None if n == 300 else n for n in range(500)]
