@@ -43,20 +43,22 @@ def _writer(registered: RegisteredSchema) -> Any:
         raise IncompatibleSchemaError(f"not an Avro schema: {exc}") from None
 
 
-def _columns(registered: RegisteredSchema, _client: RegistryClient) -> pa.StructType:
-    writer = _writer(registered)
+def _columns(registered: RegisteredSchema, _client: RegistryClient) -> pa.DataType:
     try:
-        columns = arrow_type(writer, {})
+        return arrow_type(_writer(registered), {})
     except ConfigError as exc:
         raise IncompatibleSchemaError(str(exc)) from None
-    if not isinstance(columns, pa.StructType):
-        raise IncompatibleSchemaError("not an Avro record: its values cannot be columns")
-    return columns
 
 
 def _reader(registered: RegisteredSchema, _client: RegistryClient) -> Reader:
     writer = _writer(registered)
-    return polars_reader(registered.text, writer) if vectorized(writer) else record_reader(writer)
+    text = registered.text
+    if not (isinstance(writer, dict) and writer.get("type") == "record"):
+        # A key's primitive (or array, enum...): read as a record of one field, whose
+        # binary encoding is the field's own.
+        writer = {"type": "record", "name": "Wrapped", "fields": [{"name": "v", "type": writer}]}
+        text = json.dumps(writer)
+    return polars_reader(text, writer) if vectorized(writer) else record_reader(writer)
 
 
 FORMAT = Format(name="Avro", schema_type="AVRO", columns=_columns, reader=_reader)

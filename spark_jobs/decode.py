@@ -64,6 +64,9 @@ __all__ = [
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _WINDOW = 65_536
+# A decoded key rides beside the raw one until the rows are made (dead letters keep
+# the raw bytes).
+KEY_DECODED = "__key_decoded"
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,14 @@ class DecodeSpec:
     merge_keys: tuple[str, ...] = ()
     deletes: bool = False  # rows carry DELETE_COLUMN (upsert)
     framed: FramedSpec | None = None  # the REGISTRY_FORMATS
+    key_format: str = "binary"  # or "string", or a REGISTRY_FORMATS one (``key_framed``)
+    key_framed: FramedSpec | None = None  # its schema: the one column KEY_DECODED
+
+    @property
+    def key_type(self) -> pa.DataType:
+        if self.key_framed is not None:
+            return self.key_framed.schema.field(0).type
+        return pa.string() if self.key_format == "string" else pa.binary()
 
     @property
     def fields_schema(self) -> pa.Schema | None:
@@ -117,7 +128,7 @@ class DecodeSpec:
                 pa.field("offset", pa.int64()),
                 pa.field("timestamp", TIMESTAMP),
                 pa.field("timestamp_type", pa.int8()),
-                pa.field("key", pa.binary()),
+                pa.field("key", self.key_type),
                 pa.field("value", value),
                 pa.field("headers", HEADERS_TYPE),
             ]
@@ -212,6 +223,9 @@ def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime
     # (records, their value fields or None, which delete or None), then the refused.
     parts: list[tuple[pa.Table, pa.Table | None, pa.Array | None]] = []
     refused: list[tuple[pa.Table, list[str]]] = []
+    if spec.key_format != "binary":
+        records, bad_keys = _decode_keys(records, spec)
+        refused.append(bad_keys)
     values = records.column("value")
     if spec.tombstones != "keep" and values.null_count:
         null = values.is_null()
@@ -273,6 +287,26 @@ def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime
     return Decoded(rows, dead)
 
 
+def _decode_keys(
+    records: pa.Table, spec: DecodeSpec
+) -> tuple[pa.Table, tuple[pa.Table, list[str]]]:
+    """``records`` whose keys decode, each with its decoded key in ``KEY_DECODED`` (the
+    raw ``key`` stays for dead letters), and the others with their reasons."""
+    keys = records.column("key").combine_chunks()
+    if spec.key_framed is not None:
+        columns, good_index, errors = decode_framed(keys, spec.key_framed)
+        decoded = columns.column(0)
+    else:
+        good_index, errors = utf8_errors(keys)
+        decoded = keys.take(pa.array(good_index)).cast(pa.string())
+    good, bad, messages = _split(records, good_index, errors)
+    good = good.append_column(KEY_DECODED, decoded)
+    return good, (
+        bad if bad is not None else records.slice(0, 0),
+        [f"key: {m}" for m in messages],
+    )
+
+
 def _refused(records: pa.Table, errors: list[tuple[int, str]]) -> tuple[pa.Table, list[str]]:
     if not errors:
         return records.slice(0, 0), []
@@ -289,6 +323,11 @@ def _rows(
 ) -> pa.Table:
     """Rows of ``schema`` from decoded records (their value fields: json, the registry's
     formats; a column ``schema`` adds that a part lacks is null in its rows)."""
+    if KEY_DECODED in records.column_names:
+        records = records.drop_columns(["key"])
+        records = records.rename_columns(
+            ["key" if name == KEY_DECODED else name for name in records.column_names]
+        )
     if spec.value_format in FIELD_FORMATS:
         assert fields is not None
         records = records.drop_columns(["value"])
@@ -329,6 +368,22 @@ def _split(
     )
 
 
+def _nullable_within(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every struct field nullable: a null key or value (a tombstone kept
+    as a row) is a null struct, which Arrow will not cast to one whose fields refuse
+    nulls."""
+    if isinstance(kind, pa.StructType):
+        return pa.struct(
+            [
+                kind.field(i).with_type(_nullable_within(kind.field(i).type)).with_nullable(True)
+                for i in range(kind.num_fields)
+            ]
+        )
+    if isinstance(kind, pa.ListType):
+        return pa.list_(_nullable_within(kind.value_type))
+    return kind
+
+
 def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec:
     """How ``config``'s values decode, given its value schema in Arrow (json, or a
     registry's format with a DDL schema; None otherwise)."""
@@ -349,12 +404,28 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
         framed = FramedSpec(
             config.value_format,
             config.registry,
-            pa.schema([f.with_nullable(True) for f in json_schema]),
+            pa.schema(
+                [f.with_type(_nullable_within(f.type)).with_nullable(True) for f in json_schema]
+            ),
             required=frozenset(f.name for f in json_schema if not f.nullable),
             on_registry_error=config.on_registry_error,
             on_incompatible=config.on_incompatible,
         )
         json_schema = None
+    key_framed = None
+    if config.key_format in REGISTRY_FORMATS:
+        assert config.registry is not None and config.key_registered is not None
+        key_type = format_of(config.key_format).columns(
+            config.key_registered, client_for(config.registry)
+        )
+        key_framed = FramedSpec(
+            config.key_format,
+            config.registry,
+            pa.schema([pa.field("key", _nullable_within(key_type))]),
+            on_registry_error=config.on_registry_error,
+            on_incompatible=config.on_incompatible,
+            wrap="key",
+        )
     return DecodeSpec(
         config.value_format,
         json_schema,
@@ -364,4 +435,6 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
         merge_keys=config.merge_keys,
         deletes=config.deletes,
         framed=framed,
+        key_format=config.key_format,
+        key_framed=key_framed,
     )

@@ -64,13 +64,14 @@ Reader = Callable[[pa.Array], pa.Table]
 class Format:
     """One payload format: the registry's ``schemaType`` for it, the columns a writer's
     schema makes (a struct: its fields are the columns, nullable where the schema says
-    so), and a reader of payloads (the bytes after the 5-byte header) into a table of
-    those columns. A reader raises on a payload it cannot decode (any exception: the
+    so; a format may give another type for a schema that is not a record, which only a
+    key can use, ``FramedSpec.wrap``), and a reader of payloads (the bytes after the
+    5-byte header) into a table of those columns (one column for a non-struct type). A reader raises on a payload it cannot decode (any exception: the
     chunk is bisected down to that payload, a dead letter)."""
 
     name: str  # in messages: Avro, Protobuf, JSON Schema
     schema_type: str
-    columns: Callable[[RegisteredSchema, RegistryClient], pa.StructType]
+    columns: Callable[[RegisteredSchema, RegistryClient], pa.DataType]
     reader: Callable[[RegisteredSchema, RegistryClient], Reader]
 
 
@@ -97,6 +98,9 @@ class FramedSpec:
     required: frozenset[str] = frozenset()  # columns the schema they came from requires
     on_registry_error: str = "fail"  # or "dead_letter"
     on_incompatible: str = "dead_letter"  # or "fail"
+    # Set for keys: the writer's whole type (a record's struct, or a primitive) is the one
+    # column of this name, instead of a record's fields being the columns.
+    wrap: str | None = None
 
 
 # -- fitting a writer's columns to the table's ----------------------------------------------
@@ -281,8 +285,9 @@ def _decode_id(
                 f"not {form.schema_type}"
             )
             return None, [(i, why) for i in range(count)]
-        columns = form.columns(registered, client)
-        reader = form.reader(registered, client)
+        columns, reader = _wrapped(
+            form.columns(registered, client), form.reader(registered, client), spec.wrap
+        )
     except RegistryError as exc:
         if spec.on_registry_error == "fail":
             raise
@@ -305,6 +310,25 @@ def _decode_id(
     struct_schema = pa.schema([columns.field(i) for i in range(columns.num_fields)])
     decoded = pa.concat_tables([t.cast(struct_schema) for t in tables])
     return _conform(decoded, spec.schema, fitted.added), failed
+
+
+def _wrapped(writer: pa.DataType, reader: Reader, wrap: str | None) -> tuple[pa.StructType, Reader]:
+    """The columns and reader of a writer's type: a record's fields as columns, or, with
+    ``wrap`` (keys), the whole type as one column of that name."""
+    if wrap is None:
+        if not isinstance(writer, pa.StructType):
+            raise IncompatibleSchemaError(f"not a record ({writer}): its fields cannot be columns")
+        return writer, reader
+    if not isinstance(writer, pa.StructType):
+        return pa.struct([pa.field(wrap, writer)]), lambda p: reader(p).rename_columns([wrap])
+
+    def packed(payloads: pa.Array) -> pa.Table:
+        table = reader(payloads)
+        fields = [writer.field(i) for i in range(writer.num_fields)]
+        arrays = [table.column(f.name).combine_chunks().cast(f.type) for f in fields]
+        return pa.table({wrap: pa.StructArray.from_arrays(arrays, fields=fields)})
+
+    return pa.struct([pa.field(wrap, writer)]), packed
 
 
 def _bisect(

@@ -229,18 +229,30 @@ def _check_consistency(config: IngestConfig) -> None:
 
 def _check_registered(config: IngestConfig) -> None:
     path, registry = config.path, config.schema_registry
-    form = config.table.value.format
-    if form not in REGISTRY_FORMATS:
+    forms = [
+        f for f in (config.table.value.format, config.table.key.format) if f in REGISTRY_FORMATS
+    ]
+    if not forms:
         return
+    form = forms[0]
     if registry is None:
         raise ConfigError(
             f'format "{form}" needs a [schema_registry] table', path=path, key="schema_registry"
         )
-    if registry.subject_name_strategy != "topic" and not registry.record_name:
+    key = config.table.key
+    by_record = registry.subject_name_strategy != "topic"
+    if config.table.value.format in REGISTRY_FORMATS and by_record and not registry.record_name:
         raise ConfigError(
             f'subject_name_strategy "{registry.subject_name_strategy}" needs the record name',
             path=path,
             key="schema_registry.record_name",
+        )
+    if key.format in REGISTRY_FORMATS and by_record and not key.record_name:
+        raise ConfigError(
+            f'subject_name_strategy "{registry.subject_name_strategy}" needs the key\'s '
+            "record name",
+            path=path,
+            key="table.key.record_name",
         )
     if registry.bearer_token_env and registry.basic_auth_user:
         raise ConfigError(

@@ -138,6 +138,23 @@ class ValueSection:
 
 
 @dataclass(frozen=True, config=SECTION)
+class KeySection:
+    """How record keys become the ``key`` column."""
+
+    format: Literal["binary", "string", "avro"] = Field(
+        default="binary",
+        description='"binary": the key as bytes; "string": UTF-8 text (a key that is not is a '
+        'dead letter); "avro": Confluent-framed, its writers\' schemas from [schema_registry] '
+        "(subject <topic>-key): the key column is the writer's type (a record's struct, or a "
+        "primitive).",
+    )
+    record_name: Str | None = Field(
+        default=None,
+        description="The key record's full name, for the record subject name strategies.",
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
 class TableSection:
     """The Delta table the topics land in."""
 
@@ -176,6 +193,9 @@ class TableSection:
     )
     value: ValueSection = Field(
         default_factory=ValueSection, description="How values become columns ([table.value])."
+    )
+    key: KeySection = Field(
+        default_factory=KeySection, description="How keys become the key column ([table.key])."
     )
 
 

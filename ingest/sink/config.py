@@ -87,6 +87,9 @@ class TableConfig:
     on_registry_error: Literal["fail", "dead_letter"] = "fail"
     on_incompatible: Literal["fail", "dead_letter"] = "dead_letter"
     value_registered: RegisteredSchema | None = None
+    # Keys: "binary", "string" or a REGISTRY_FORMATS one, and its subject's latest schema.
+    key_format: str = "binary"
+    key_registered: RegisteredSchema | None = None
     tombstones: Tombstones | None = None
     transform: str | None = None
     transform_tables: Mapping[str, str] = field(default_factory=dict)
@@ -124,6 +127,12 @@ class TableConfig:
         if self.value_format in REGISTRY_FORMATS and self.registry is None:
             raise ConfigError(
                 f"{self.value_format} values need a schema registry", key="schema_registry"
+            )
+        if self.key_format not in ("binary", "string", *REGISTRY_FORMATS):
+            raise ConfigError(f"no key format {self.key_format!r}", key="table.key.format")
+        if self.key_format in REGISTRY_FORMATS and self.registry is None:
+            raise ConfigError(
+                f"{self.key_format} keys need a schema registry", key="schema_registry"
             )
         if self.tombstones is None:
             object.__setattr__(self, "tombstones", "delete" if self.mode == "upsert" else "keep")

@@ -74,6 +74,7 @@ from ingest.supervisor.settings import (
     client_config,
     fetch_settings,
     handoff_config,
+    latest_key_schema,
     latest_value_schema,
     table_config,
     wanted_space,
@@ -118,7 +119,11 @@ class Engine:
         # Table upkeep between batches (``ingest run``; ``upkeep.py``).
         self.keeper = TableKeeper(config) if upkeep else None
         self.client = client_config(config)
-        self.table = table_config(config, value_registered=latest_value_schema(config))
+        self.table = table_config(
+            config,
+            value_registered=latest_value_schema(config),
+            key_registered=latest_key_schema(config),
+        )
         self.fetch = fetch_settings(config)
         self.spark = SparkProvider(
             config.spark,

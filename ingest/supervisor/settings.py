@@ -199,13 +199,17 @@ def fetch_settings(config: IngestConfig) -> FetchSettings:
 
 
 def table_config(
-    config: IngestConfig, *, value_registered: RegisteredSchema | None = None
+    config: IngestConfig,
+    *,
+    value_registered: RegisteredSchema | None = None,
+    key_registered: RegisteredSchema | None = None,
 ) -> TableConfig:
     """The table as the sink sees it. ``value_registered``: the subject's latest schema,
     giving the columns when no DDL does (``latest_value_schema``, read from the registry
-    by the engine only: upkeep and ``ingest status`` need no registry)."""
+    by the engine only: upkeep and ``ingest status`` need no registry); ``key_registered``
+    the same for keys (``latest_key_schema``)."""
     table = config.table
-    registered = table.value.format in REGISTRY_FORMATS
+    registered = table.value.format in REGISTRY_FORMATS or table.key.format in REGISTRY_FORMATS
     registry = registry_settings(config) if registered else None
     on_error = config.schema_registry.on_error if config.schema_registry else "fail"
     return TableConfig(
@@ -221,6 +225,8 @@ def table_config(
         on_registry_error=on_error,
         on_incompatible=table.value.on_incompatible,
         value_registered=value_registered,
+        key_format=table.key.format,
+        key_registered=key_registered,
         tombstones=table.tombstones,
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
@@ -250,32 +256,53 @@ def registry_settings(config: IngestConfig) -> RegistrySettings | None:
 def latest_value_schema(config: IngestConfig) -> RegisteredSchema | None:
     """The columns' schema when ``table.value.schema`` does not give them: the latest
     schema of each topic's subject, which must agree (None when not needed)."""
+    value = config.table.value
+    if value.format not in REGISTRY_FORMATS or value.schema:
+        return None
+    return _latest(config, key=False)
+
+
+def latest_key_schema(config: IngestConfig) -> RegisteredSchema | None:
+    """The key column's schema: the latest of each topic's key subject (None when keys
+    are not in a registry's format)."""
+    if config.table.key.format not in REGISTRY_FORMATS:
+        return None
+    return _latest(config, key=True)
+
+
+def _latest(config: IngestConfig, *, key: bool) -> RegisteredSchema | None:
     section = config.schema_registry
     registry = registry_settings(config)
-    value = config.table.value
-    if value.format not in REGISTRY_FORMATS or value.schema or registry is None:
+    if registry is None:
         return None
     assert section is not None
+    what, setting = (
+        ("the key column", "table.key.format")
+        if key
+        else (
+            "no columns: table.value.schema is unset and",
+            "table.value.schema",
+        )
+    )
+    record_name = config.table.key.record_name if key else section.record_name
     client = client_for(registry)
     latest = {}
     for topic in config.source.topics:
-        subject = subject_for(section.subject_name_strategy, topic, section.record_name)
+        subject = subject_for(section.subject_name_strategy, topic, record_name, key=key)
         try:
             latest[subject] = client.latest(subject)
         except RegistryError as exc:
             raise ConfigError(
-                f"no columns: table.value.schema is unset and the registry did not give "
-                f"the latest schema of {subject!r}: {exc}",
+                f"{what}: the registry did not give the latest schema of {subject!r}: {exc}",
                 path=config.path,
-                key="table.value.schema",
+                key=setting,
             ) from None
     texts = {schema.text for schema in latest.values()}
     if len(texts) > 1 or not latest:
         raise ConfigError(
-            f"no columns: the subjects {sorted(latest)} have different latest schemas; "
-            "set table.value.schema",
+            f"{what}: the subjects {sorted(latest)} have different latest schemas",
             path=config.path,
-            key="table.value.schema",
+            key=setting,
         )
     return next(iter(latest.values()))
 

@@ -112,6 +112,7 @@ def land(
     registry: dict[str, Any],
     *,
     group: str | None = None,
+    key: dict[str, Any] | None = None,
 ) -> IngestConfig:
     """``ingest run --until-end`` (in this process) of ``topic`` into a table under
     ``tmp_path``, on the local engine; its config."""
@@ -121,7 +122,7 @@ def land(
         topic=topic,
         group=group or unique_name("g"),
         table=tmp_path / "table",
-        sections={"table": {"value": value}, "schema_registry": registry},
+        sections={"table": {"value": value, "key": key or {}}, "schema_registry": registry},
     )
     cfg = load_config(path)
     engine = group_run(cfg, until_end=True)
