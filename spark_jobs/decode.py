@@ -410,6 +410,7 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
             required=frozenset(f.name for f in json_schema if not f.nullable),
             on_registry_error=config.on_registry_error,
             on_incompatible=config.on_incompatible,
+            add_columns=not config.transform,
         )
         json_schema = None
     key_framed = None

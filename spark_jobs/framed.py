@@ -98,6 +98,9 @@ class FramedSpec:
     required: frozenset[str] = frozenset()  # columns the schema they came from requires
     on_registry_error: str = "fail"  # or "dead_letter"
     on_incompatible: str = "dead_letter"  # or "fail"
+    # False with a SQL transform: its view's columns are fixed, so a writer's new field
+    # makes that writer incompatible instead of adding a column.
+    add_columns: bool = True
     # Set for keys: the writer's whole type (a record's struct, or a primitive) is the one
     # column of this name, instead of a record's fields being the columns.
     wrap: str | None = None
@@ -297,8 +300,12 @@ def _decode_id(
             raise
         return None, [(i, f"schema id {schema_id}: {exc}") for i in range(count)]
     fitted = fit(columns, spec.schema, spec.required)
-    if fitted.problems:
-        why = f"schema id {schema_id} does not fit the table: " + "; ".join(fitted.problems)
+    problems = list(fitted.problems)
+    if fitted.added and not spec.add_columns:
+        names = ", ".join(f.name for f in fitted.added)
+        problems.append(f"new fields {names} (the transform's columns are fixed)")
+    if problems:
+        why = f"schema id {schema_id} does not fit the table: " + "; ".join(problems)
         if spec.on_incompatible == "fail":
             raise IncompatibleSchemaError(why)
         return None, [(i, why) for i in range(count)]

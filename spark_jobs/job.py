@@ -47,13 +47,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import ConfigError
-from ingest.sink.config import DEAD_LETTER_COLUMN, DELETE_COLUMN, TableConfig
+from ingest.sink.config import DEAD_LETTER_COLUMN, DELETE_COLUMN, FIELD_FORMATS, TableConfig
 from ingest.sink.deadletter import Rejected
 from ingest.sink.files import DataFile, read_data_file_footer, write_data_files
 from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles, land
 from ingest.sink.storage import TableLocation
 from spark_jobs.decode import DecodeSpec, table_spec
-from spark_jobs.plan import collect_rows
+from spark_jobs.plan import added_schema, collect_rows
 from spark_jobs.source import (
     FILES_SCHEMA,
     KIND_DATA,
@@ -71,9 +71,9 @@ _KIND_TRANSFORM_DEAD = "transform-dead"
 
 
 def decode_spec(spark: Any, config: TableConfig) -> DecodeSpec:
-    """The decode spec of a table; a JSON schema is Spark DDL, parsed by Spark."""
+    """The decode spec of a table; a value schema is Spark DDL, parsed by Spark."""
     json_schema = None
-    if config.value_format == "json":
+    if config.value_format in FIELD_FORMATS and config.value_schema:
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
@@ -178,6 +178,7 @@ class SparkFiles:
         if plan.tasks:
             if self.path == "arrow":
                 rows = _run_files_tasks(self.spark, plan)
+                schema = added_schema(rows, schema)  # a writer's schema added columns
             else:
                 _register(self.spark)  # ~1 s the first time; the arrow path needs no data source
                 rows, schema = _transform(self.spark, self.config, plan, self.spec)

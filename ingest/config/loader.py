@@ -260,17 +260,6 @@ def _check_registered(config: IngestConfig) -> None:
             path=path,
             key="schema_registry.bearer_token_env",
         )
-    # Decoding runs in the local engine's task processes (spark_jobs/framed.py); on Spark
-    # (a transform, or spark.engine = "spark") it is not wired yet.
-    local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", config.spark.master.strip())
-    if config.table.transform is not None or config.spark.engine == "spark" or not local:
-        raise ConfigError(
-            f"{form} values decode on the local engine: no table.transform, a local "
-            'spark.master and spark.engine "auto" or "local" (Spark tasks do not decode '
-            f"{form} yet)",
-            path=path,
-            key="table.value.format",
-        )
 
 
 def _check_maintenance(config: IngestConfig) -> None:

@@ -9,16 +9,19 @@ from pathlib import Path
 
 import pyarrow as pa
 from confluent_kafka import Producer
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
+from ingest.config import load_config
 from ingest.registry import RegistrySettings
+from ingest.supervisor.group_run import group_run
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
 from spark_jobs.decode import DecodeSpec, decode
 from spark_jobs.framed import FramedSpec, decode_framed
-from tests.registry.test_avro_values import V1, land, order
+from tests.registry.test_avro_values import V1, V2, land, order
+from tests.runtime.support import write_config
 
 KEY = {
     "type": "record",
@@ -107,3 +110,81 @@ def test_string_keys_must_be_utf8() -> None:
     assert decoded.dead.column("offset").to_pylist() == [1]
     assert decoded.dead.column("key").to_pylist() == [b"\xff\xfe"]
     assert str(decoded.dead.column("error_message")[0]).startswith("key: ")
+
+
+def test_on_spark_avro_keys_and_values_decode_in_the_tasks_and_a_transform_sees_them(
+    broker: KafkaCluster, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    """spark.engine = "spark": the tasks decode on Spark's Python workers. A transform's
+    view has the decoded key and value columns; a writer's new field cannot widen a
+    transform's fixed columns, so its records are dead letters saying so."""
+    topic = unique_name("avro-spark")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    keys = AvroSerializer(client, json.dumps(KEY))
+    v1 = AvroSerializer(client, json.dumps(V1))
+    v2 = AvroSerializer(
+        client, json.dumps(V2), conf={"subject.name.strategy": record_subject_name_strategy}
+    )
+    key_context = SerializationContext(topic, MessageField.KEY)
+    value_context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    for n in range(120):
+        value = (
+            v2(order(n, coupon=True), value_context) if n >= 100 else v1(order(n), value_context)
+        )
+        producer.produce(topic, value, keys({"id": n, "region": f"r{n % 3}"}, key_context), 0)
+    assert producer.flush(30) == 0
+    path = write_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=unique_name("g"),
+        table=tmp_path / "table",
+        sections={
+            "table": {
+                "value": {"format": "avro"},
+                "key": {"format": "avro"},
+                "transform": "SELECT offset, key.region AS region, id, amount FROM batch",
+            },
+            "schema_registry": {"urls": [schema_registry.url]},
+            "spark": {"engine": "spark"},
+        },
+    )
+    cfg = load_config(path)
+    outcome = group_run(cfg, until_end=True).run()
+    assert outcome.exit_code == 0, outcome.message
+    table = DeltaTable(cfg.table.uri).to_pyarrow_table().sort_by("offset")
+    assert table.column_names == ["offset", "region", "id", "amount"]
+    assert table.num_rows == 100  # V1's; V2's add a field the transform cannot take
+    assert table.slice(4, 1).to_pylist()[0]["region"] == "r1"
+    dead = DeltaTable(cfg.dead_letter_uri()).to_pyarrow_table().to_pylist()
+    assert len(dead) == 20
+    assert all(
+        "new fields coupon (the transform's columns are fixed)" in d["error_message"] for d in dead
+    )
+    # Without a transform, Spark runs the files tasks (the arrow path): V2's field is a
+    # new column, in the commit of its rows.
+    path = write_config(
+        tmp_path / "arrow.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=unique_name("g"),
+        table=tmp_path / "arrow",
+        sections={
+            "table": {"value": {"format": "avro"}, "key": {"format": "avro"}},
+            "schema_registry": {"urls": [schema_registry.url]},
+            "spark": {"engine": "spark"},
+        },
+    )
+    cfg = load_config(path)
+    engine = group_run(cfg, until_end=True)
+    assert engine.spark.local is None  # Spark's own tasks
+    outcome = engine.run()
+    assert outcome.exit_code == 0, outcome.message
+    table = DeltaTable(cfg.table.uri).to_pyarrow_table().sort_by("offset")
+    assert table.num_rows == 120
+    assert table.column("coupon").to_pylist() == [None] * 100 + [f"C{n}" for n in range(100, 120)]
+    assert table.schema.field("key").type == pa.struct(
+        [("id", pa.int64()), ("region", pa.string())]
+    )

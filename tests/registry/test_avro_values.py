@@ -236,14 +236,6 @@ def test_a_schema_polars_cannot_read_goes_a_record_at_a_time(
         ({"table": {"value": {"format": "avro"}}}, "schema_registry", "needs a [schema_registry]"),
         (
             {
-                "table": {"value": {"format": "avro"}, "transform": "SELECT * FROM batch"},
-                "schema_registry": {"urls": ["http://127.0.0.1:1"]},
-            },
-            "table.value.format",
-            "decode on the local engine",
-        ),
-        (
-            {
                 "table": {"value": {"format": "avro"}},
                 "schema_registry": {
                     "urls": ["http://127.0.0.1:1"],
