@@ -203,7 +203,7 @@ def _replay(args: argparse.Namespace) -> int:
             config,
             start=parse_position(args.from_, "--from"),
             end=parse_position(args.to, "--to") if args.to else None,
-            partitions=parse_partitions(args.partitions, config.source.topics),
+            partitions=parse_partitions(args.partitions, config.source.topics or None),
             overwrite=args.overwrite,
             progress=progress,
         )

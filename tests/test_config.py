@@ -113,8 +113,17 @@ def test_inconsistent_settings_are_refused() -> None:
         _parse(MINIMAL.replace('"127.0.0.1:9092"', '"h:65535", "h:65536"'))
     with pytest.raises(ConfigError, match=r"kafka.bootstrap_servers: needs at least one host:port"):
         _parse(MINIMAL.replace('["127.0.0.1:9092"]', "[]"))
-    with pytest.raises(ConfigError, match=r"conf/x.toml: source.topics: needs at least one topic"):
+    with pytest.raises(ConfigError, match=r"conf/x.toml: source.topics: set topics \(a list"):
         _parse(MINIMAL.replace('["events"]', "[]"))
+    both = MINIMAL.replace('topics = ["events"]', 'topics = ["events"]\ntopic_pattern = "e.*"')
+    with pytest.raises(ConfigError, match=r"source.topic_pattern: set topics .* not both"):
+        _parse(both)
+    bad = MINIMAL.replace('topics = ["events"]', 'topic_pattern = "events-("')
+    with pytest.raises(ConfigError, match=r"source.topic_pattern: not a regular expression"):
+        _parse(bad)
+    assert (
+        _parse(MINIMAL.replace('topics = ["events"]', 'topic_pattern = "ev.*"')).source.topics == []
+    )
     with pytest.raises(ConfigError, match=re.escape("source.heartbeat_interval: must be shorter")):
         _parse(
             MINIMAL.replace(

@@ -94,10 +94,19 @@ class KafkaSection:
 class SourceSection:
     """The topics to read and the consumer group that owns their offsets."""
 
-    topics: list[Str] = Field(
-        min_length=1, description="Topics to land in the table (at least one)."
-    )
     group_id: Str = Field(description="The consumer group; its committed offsets are ours.")
+    topics: list[Str] = Field(
+        default_factory=list,
+        description="Topics to land in the table; or topic_pattern.",
+    )
+    topic_pattern: Str | None = Field(
+        default=None,
+        description="A regular expression (Python syntax, matching the whole name) instead "
+        "of topics: every topic it matches lands, internal ones excepted. The topic list is "
+        "read again every metadata_refresh: a new matching topic joins the subscription "
+        "(a rebalance) without a restart, a deleted one's partitions are released. With "
+        "--until-end, the topics matching at the start.",
+    )
     group_instance_id: Str | None = Field(
         default=None,
         description="Static membership (KIP-345): a restart within session_timeout keeps "
@@ -147,8 +156,8 @@ class SourceSection:
     metadata_refresh: Duration = Field(
         default=Duration(300),
         description="How often the group's leader looks again at its topics' partition "
-        "counts: partitions added to a topic are assigned within this (Kafka's "
-        "metadata.max.age.ms).",
+        "counts, and each member at the topics topic_pattern matches: partitions and "
+        "topics added are assigned within this (Kafka's metadata.max.age.ms).",
     )
     group_protocol: Literal["classic", "consumer"] = Field(
         default="classic",

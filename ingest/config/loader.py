@@ -83,7 +83,7 @@ _MISMATCH = {
     DELTA_URI: "must be a Delta table's URI (no backquote)",
 }
 # A list that may not be empty: what it needs at least one of.
-_AT_LEAST_ONE = {"bootstrap_servers": "host:port", "topics": "topic", "urls": "URL"}
+_AT_LEAST_ONE = {"bootstrap_servers": "host:port", "urls": "URL"}
 
 
 def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
@@ -191,6 +191,7 @@ def _check_consistency(config: IngestConfig) -> None:
             path=path,
             key="kafka.sasl",
         )
+    _check_topics(config)
     if config.source.heartbeat_interval >= config.source.session_timeout:
         raise ConfigError(
             "must be shorter than source.session_timeout",
@@ -225,6 +226,41 @@ def _check_consistency(config: IngestConfig) -> None:
             'mode "files" needs a root directory or URI', path=path, key="handoff.root"
         )
     _check_maintenance(config)
+
+
+def _check_topics(config: IngestConfig) -> None:
+    path, source = config.path, config.source
+    if bool(source.topics) == bool(source.topic_pattern):
+        raise ConfigError(
+            "set topics (a list of at least one) or topic_pattern, not both",
+            path=path,
+            key="source.topics" if not source.topic_pattern else "source.topic_pattern",
+        )
+    if source.topic_pattern is None:
+        return
+    try:
+        re.compile(source.topic_pattern)
+    except re.error as exc:
+        raise ConfigError(
+            f"not a regular expression: {exc}", path=path, key="source.topic_pattern"
+        ) from None
+    value = config.table.value
+    registry = config.schema_registry
+    by_topic = registry is not None and registry.subject_name_strategy != "record"
+    if value.format in REGISTRY_FORMATS and not value.schema and by_topic:
+        raise ConfigError(
+            "with topic_pattern the columns cannot come from each topic's subject: set "
+            'table.value.schema, or subject_name_strategy "record"',
+            path=path,
+            key="source.topic_pattern",
+        )
+    if config.table.key.format in REGISTRY_FORMATS and by_topic:
+        raise ConfigError(
+            "with topic_pattern the key column cannot come from each topic's key subject: "
+            'set subject_name_strategy "record" and table.key.record_name',
+            path=path,
+            key="source.topic_pattern",
+        )
 
 
 def _check_registered(config: IngestConfig) -> None:

@@ -43,6 +43,7 @@ from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.offsets import (
     committed_value,
     end_offsets,
+    source_topics,
     start_offset,
     topic_partitions,
     txn_versions,
@@ -109,6 +110,7 @@ class GroupSource:
         self.group = member_config(config)
         self.member: GroupMember | None = None
         self.ends: dict[Partition, int] = {}
+        self.no_topics = False  # --until-end, and topic_pattern matched no topic
         self.revocations: deque[frozenset[Partition]] = deque()
         self.joined = False
         self._commit_after = 0.0
@@ -140,7 +142,8 @@ class GroupSource:
 
     def start(self) -> None:
         assert self.engine.cluster is not None
-        topics = self.engine.config.source.topics
+        source = self.engine.config.source
+        topics = source_topics(self.engine.cluster, source.topics, source.topic_pattern)
         try:
             partitions = topic_partitions(self.engine.cluster, topics)
         except IngestError as exc:
@@ -162,13 +165,26 @@ class GroupSource:
                 self.engine.spark.warm()
         else:
             self.engine.spark.warm()
-        self.member = GroupMember(self.engine.client, self.group, notify=self.engine.wakeup.set)
-        self.member.subscribe(topics)
+        # A pattern is looked at again while the run goes on; --until-end lands the topics
+        # it matched at the start.
+        pattern = None if self.until_end else source.topic_pattern
+        self.member = GroupMember(
+            self.engine.client,
+            self.group,
+            notify=self.engine.wakeup.set,
+            topic_pattern=pattern,
+            pattern_refresh=float(source.metadata_refresh),
+        )
+        if topics:
+            self.member.subscribe(topics)
+        elif self.until_end:
+            self.no_topics = True  # nothing matches the pattern: nothing to land
         event(
             log,
             "joining",
             group=self.group.group_id,
             topics=",".join(topics),
+            topic_pattern=source.topic_pattern,
             protocol=(
                 "consumer"
                 if isinstance(self.group, ConsumerGroupConfig)
@@ -465,6 +481,8 @@ class GroupSource:
         return sorted(behind)
 
     def finished(self) -> bool:
+        if self.no_topics:
+            return True
         if self._commit_in_flight is not None:
             return False
         if self.engine.stopping:

@@ -66,6 +66,7 @@ from ingest.supervisor.membership_thread import (
     Command,
     MembershipThread,
     MemberStatus,
+    PatternWatch,
     Stopped,
 )
 
@@ -125,7 +126,9 @@ class GroupMember:
 
     Every public method is for the caller's thread (one caller thread: the
     supervisor's). ``client`` configures the connections the membership
-    thread opens for itself; they are closed when the thread ends.
+    thread opens for itself; they are closed when the thread ends. With
+    ``topic_pattern`` the thread lists the cluster's topics every
+    ``pattern_refresh`` seconds and subscribes to those the pattern matches.
     """
 
     def __init__(
@@ -135,6 +138,8 @@ class GroupMember:
         *,
         name: str = "",
         notify: Callable[[], None] | None = None,
+        topic_pattern: str | None = None,
+        pattern_refresh: float = 300.0,
     ) -> None:
         self.client_config = client
         self.config = config
@@ -145,7 +150,8 @@ class GroupMember:
         self._closing = False
         self._stopped: Stopped | None = None
         # Everything the membership thread owns (the machine, the cluster connections):
-        self._membership = MembershipThread(client, config, self._commands, self._events)
+        watch = PatternWatch(topic_pattern, pattern_refresh) if topic_pattern else None
+        self._membership = MembershipThread(client, config, self._commands, self._events, watch)
         self._thread = threading.Thread(
             target=self._membership.run,
             name=f"membership-{name or config.group_instance_id or config.group_id}",

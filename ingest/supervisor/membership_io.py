@@ -45,6 +45,7 @@ from ingest.protocol.messages import (
     MetadataRequestTopic,
     MetadataResponse,
 )
+from ingest.supervisor.offsets import topics_matching
 
 __all__ = ["CoordinatorLink"]
 
@@ -164,6 +165,17 @@ class CoordinatorLink:
             info = view.topic(name)
             counts[name] = len(info.partitions) if info is not None and not info.error_code else 0
         return MetadataUpdate(counts)
+
+    def topics_matching(self, pattern: str) -> frozenset[str] | None:
+        """The topics ``pattern`` matches now (None when the metadata could not be read:
+        the caller tries again at its next refresh)."""
+        cluster = self._cluster
+        assert cluster is not None
+        try:
+            return frozenset(topics_matching(cluster, pattern))
+        except (BrokerError, KafkaConnectionError, ProtocolError) as exc:
+            log.info("group %r: listing the topics failed: %s", self.config.group_id, exc)
+            return None
 
     def topic_names(self, topic_ids: frozenset[uuid.UUID]) -> TopicNames:
         """The names of ``topic_ids`` (Metadata v10+ by topic id; a consumer-protocol

@@ -48,6 +48,7 @@ from ingest.group import (
     PartitionsRevoked,
     RevocationDone,
     SendRequest,
+    Subscribe,
     Tick,
     TopicNames,
 )
@@ -86,6 +87,17 @@ class Command:
     reply: Reply = None
 
 
+@dataclass
+class PatternWatch:
+    """The topics a ``topic_pattern`` subscription matches, looked at again every
+    ``interval`` seconds; a change of them is a new subscription."""
+
+    pattern: str
+    interval: float
+    subscribed: frozenset[str] = frozenset()
+    next_at: float = 0.0
+
+
 @dataclass(frozen=True)
 class Close:
     force: bool
@@ -108,8 +120,10 @@ class MembershipThread:
         config: GroupConfig | ConsumerGroupConfig,
         commands: queue.SimpleQueue[Command | Close],
         events: queue.SimpleQueue[Output | Stopped],
+        watch: PatternWatch | None = None,
     ) -> None:
         self.config = config
+        self._watch = watch
         self.link = CoordinatorLink(client, config)
         # Published for the caller's thread, replaced whole:
         self.status = MemberStatus(MemberState.UNJOINED, -1, "", frozenset(), False)
@@ -145,6 +159,7 @@ class MembershipThread:
                     update = self.link.fetch_metadata()
                     if update is not None:
                         self._handle(update)
+                    self._look_at_topics()
                 self._step()
         except BaseException as exc:
             error = exc
@@ -175,6 +190,8 @@ class MembershipThread:
         metadata_due = self.link.metadata_due()
         if metadata_due is not None:
             wake = min(wake, metadata_due)
+        if self._watch is not None:
+            wake = min(wake, self._watch.next_at)
         if self._close is not None:
             wake = min(wake, self._close.deadline)
         try:
@@ -197,11 +214,42 @@ class MembershipThread:
             if self._unacknowledged_revocations:
                 self._acknowledge_revocation()
             return  # else close already acknowledged it for the caller
+        if isinstance(event, Subscribe) and self._watch is not None:
+            self._watch.subscribed = event.topics
         if isinstance(event, Commit):
             self._commit_replies.append((event.offsets, command.reply))
         elif isinstance(event, FetchCommitted):
             self._fetch_replies.append(command.reply)
         self._handle(event)
+
+    def _look_at_topics(self) -> None:
+        """With a topic pattern, when due: subscribe to the topics it matches now (a new
+        topic joins, a deleted one's partitions are released by the rebalance)."""
+        watch = self._watch
+        now = time.monotonic()
+        if watch is None or self._close is not None or now < watch.next_at:
+            return
+        watch.next_at = now + watch.interval
+        matched = self.link.topics_matching(watch.pattern)
+        if matched is None or matched == watch.subscribed:
+            return
+        if not matched:
+            log.warning(
+                "group %r: no topic matches %r any more; keeping the subscription to %s",
+                self.config.group_id,
+                watch.pattern,
+                sorted(watch.subscribed),
+            )
+            return
+        log.info(
+            "group %r: the topics matching %r are now %s (were %s)",
+            self.config.group_id,
+            watch.pattern,
+            sorted(matched),
+            sorted(watch.subscribed),
+        )
+        watch.subscribed = matched
+        self._handle(Subscribe(matched))
 
     def _acknowledge_revocation(self) -> None:
         self._unacknowledged_revocations -= 1

@@ -15,6 +15,7 @@ These are the supervisor's (and ``ingest status``'s) own reads, on a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -48,9 +49,28 @@ __all__ = [
     "describe_group",
     "end_marks",
     "end_offsets",
+    "source_topics",
     "topic_partitions",
+    "topics_matching",
     "txn_versions",
 ]
+
+
+def topics_matching(cluster: Cluster, pattern: str) -> list[str]:
+    """The cluster's topics whose whole name ``pattern`` matches, internal ones excepted
+    (a Metadata request for every topic)."""
+    view = cluster.refresh_metadata(None)
+    compiled = re.compile(pattern)
+    return sorted(
+        info.name
+        for info in view.topics
+        if not info.is_internal and not info.error_code and compiled.fullmatch(info.name)
+    )
+
+
+def source_topics(cluster: Cluster, topics: Iterable[str], pattern: str | None) -> list[str]:
+    """``[source]``'s topics: the list, or those ``topic_pattern`` matches now."""
+    return topics_matching(cluster, pattern) if pattern else sorted(set(topics))
 
 
 def topic_partitions(cluster: Cluster, topics: Iterable[str]) -> list[Partition]:

@@ -42,7 +42,7 @@ from ingest.logs import event
 from ingest.sink.land import BatchResult
 from ingest.supervisor.batches import BatchThread
 from ingest.supervisor.metrics import Metrics
-from ingest.supervisor.offsets import end_offsets, topic_partitions, txn_versions
+from ingest.supervisor.offsets import end_offsets, source_topics, topic_partitions, txn_versions
 from ingest.supervisor.partitions import Change, PartitionState
 from ingest.supervisor.progress import Progress, range_done
 from ingest.supervisor.runtime import Engine
@@ -119,8 +119,11 @@ def _is_offset_pair(part: str) -> bool:
     return len(pieces) >= 2 and pieces[-1].isdigit() and pieces[-2].isdigit()
 
 
-def parse_partitions(text: str | None, topics: Sequence[str]) -> list[Partition | int] | None:
-    """``0,1,5`` (of every topic) or ``topic:3,...``; None: every partition."""
+def parse_partitions(
+    text: str | None, topics: Sequence[str] | None
+) -> list[Partition | int] | None:
+    """``0,1,5`` (of every topic) or ``topic:3,...``; None: every partition. ``topics``
+    None (a topic_pattern): a topic is checked at the start, against the cluster's."""
     if text is None or not text.strip():
         return None
     chosen: list[Partition | int] = []
@@ -131,7 +134,7 @@ def parse_partitions(text: str | None, topics: Sequence[str]) -> list[Partition 
             raise ConfigError(
                 f"{part!r}: expected a partition number or topic:N", key="--partitions"
             )
-        if topic and topic not in topics:
+        if topic and topics is not None and topic not in topics:
             raise ConfigError(f"topic {topic!r} is not in source.topics", key="--partitions")
         chosen.append(Partition(topic, int(index)) if topic else int(index))
     return chosen
@@ -200,7 +203,9 @@ class ReplaySource:
 
     def start(self) -> None:
         assert self.engine.cluster is not None
-        every = topic_partitions(self.engine.cluster, self.engine.config.source.topics)
+        source = self.engine.config.source
+        topics = source_topics(self.engine.cluster, source.topics, source.topic_pattern)
+        every = topic_partitions(self.engine.cluster, topics)
         if self.chosen is None:
             partitions = every
         else:

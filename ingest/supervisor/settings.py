@@ -287,7 +287,8 @@ def _latest(config: IngestConfig, *, key: bool) -> RegisteredSchema | None:
     record_name = config.table.key.record_name if key else section.record_name
     client = client_for(registry)
     latest = {}
-    for topic in config.source.topics:
+    # A topic_pattern is refused on load unless the subject names no topic ("record").
+    for topic in config.source.topics or [""]:
         subject = subject_for(section.subject_name_strategy, topic, record_name, key=key)
         try:
             latest[subject] = client.latest(subject)

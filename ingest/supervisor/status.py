@@ -40,6 +40,7 @@ from ingest.supervisor.offsets import (
     describe_group,
     end_marks,
     end_offsets,
+    source_topics,
     start_offset,
     topic_partitions,
     txn_versions,
@@ -90,11 +91,14 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
     group = config.source.group_id
     table = table_config(config)
     with Cluster(client_config(config)) as cluster:
+        source = config.source
+        topics = source.topics or [f"/{source.topic_pattern}/"]
         try:
-            partitions = topic_partitions(cluster, config.source.topics)
+            topics = source_topics(cluster, source.topics, source.topic_pattern)
+            partitions = topic_partitions(cluster, topics)
         except IngestError as exc:
             raise IngestError(
-                f"cannot read the metadata of {', '.join(config.source.topics)} from "
+                f"cannot read the metadata of {', '.join(topics)} from "
                 f"{', '.join(config.kafka.bootstrap_servers)}: {exc}"
             ) from exc
         committed = as_offsets(committed_offsets(cluster, group, partitions))

@@ -99,7 +99,8 @@ def create_topic(
 
 
 def delete_topic(bootstrap: str, name: str, *, timeout: float = 15.0) -> None:
-    futures = _admin(bootstrap).delete_topics([name], operation_timeout=timeout)
+    admin = _admin(bootstrap)  # held: a collected client fails its futures (_DESTROY)
+    futures = admin.delete_topics([name], operation_timeout=timeout)
     futures[name].result(timeout)
 
 
