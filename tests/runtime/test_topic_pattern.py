@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 from deltalake import DeltaTable
 
 from ingest.supervisor.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, delete_topic, produce, unique_name
 from tests.runtime.support import InProcess, config, records, row_count, wait_until, write_config
+from tests.runtime.test_consumer_protocol import consumer_group_settings
 
 
 def topics_in(uri: Path) -> dict[str, int]:
@@ -22,10 +24,14 @@ def topics_in(uri: Path) -> dict[str, int]:
     return {row["values"]: row["counts"] for row in counts}
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_pattern_takes_new_topics_and_lets_deleted_ones_go(
-    broker: KafkaCluster, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path, protocol: str
 ) -> None:
     prefix = unique_name("pat")
+    group = unique_name("g")
+    if protocol == "consumer":  # KIP-848: the coordinator's heartbeat interval, per group
+        consumer_group_settings(broker.bootstrap, group)
     first = create_topic(broker.bootstrap, f"{prefix}.first", partitions=2)
     unmatched = create_topic(broker.bootstrap, unique_name("nopat"), partitions=1)
     produce(broker.bootstrap, first, records(0, 0, 50) + records(1, 0, 50))
@@ -35,13 +41,14 @@ def test_a_pattern_takes_new_topics_and_lets_deleted_ones_go(
         tmp_path / "run.toml",
         bootstrap=broker.bootstrap,
         topic="unused",
-        group=unique_name("g"),
+        group=group,
         table=table,
         sections={
             "source": {
                 "topics": [],
                 "topic_pattern": re.escape(prefix) + r"\..+",
                 "metadata_refresh": "1s",
+                "group_protocol": protocol,
             }
         },
     )
