@@ -43,7 +43,9 @@ def _writer(registered: RegisteredSchema) -> Any:
         raise IncompatibleSchemaError(f"not an Avro schema: {exc}") from None
 
 
-def _columns(registered: RegisteredSchema, _client: RegistryClient) -> pa.StructType:
+def _columns(
+    registered: RegisteredSchema, _client: RegistryClient, _record_name: str | None
+) -> pa.StructType:
     writer = _writer(registered)
     try:
         columns = arrow_type(writer, {})
@@ -54,7 +56,9 @@ def _columns(registered: RegisteredSchema, _client: RegistryClient) -> pa.Struct
     return columns
 
 
-def _reader(registered: RegisteredSchema, _client: RegistryClient) -> Reader:
+def _reader(
+    registered: RegisteredSchema, _client: RegistryClient, _record_name: str | None
+) -> Reader:
     writer = _writer(registered)
     return polars_reader(registered.text, writer) if vectorized(writer) else record_reader(writer)
 

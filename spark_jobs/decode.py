@@ -343,7 +343,7 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
                     key="table.value.schema",
                 )
             struct = format_of(config.value_format).columns(
-                config.value_registered, client_for(config.registry)
+                config.value_registered, client_for(config.registry), config.record_name
             )
             json_schema = pa.schema([struct.field(i) for i in range(struct.num_fields)])
         framed = FramedSpec(
@@ -353,6 +353,7 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
             required=frozenset(f.name for f in json_schema if not f.nullable),
             on_registry_error=config.on_registry_error,
             on_incompatible=config.on_incompatible,
+            record_name=config.record_name,
         )
         json_schema = None
     return DecodeSpec(

@@ -8,7 +8,10 @@ the batch or dead-letters its records, ``on_registry_error``), the bisection of 
 failing chunk down to the datums that fail, and the fit of each writer's columns to the
 table's. A format is a row of ``FORMATS``: the registry's ``schemaType``, the columns a
 writer's schema makes (``Format.columns``) and a reader of its payloads
-(``Format.reader``, a chunk of payloads to an Arrow table of those columns).
+(``Format.reader``, a chunk of payloads to an Arrow table of those columns). Both get
+``FramedSpec.record_name`` too (``[schema_registry] record_name``): the type of the
+writer's schema whose fields are the columns, where a schema holds several (a Protobuf
+file's messages; None: the format's default, e.g. the file's first message).
 
 The fit of a writer's columns to the table's (``fit``), the same for every format:
 
@@ -66,17 +69,19 @@ class Format:
     schema makes (a struct: its fields are the columns, nullable where the schema says
     so), and a reader of payloads (the bytes after the 5-byte header) into a table of
     those columns. A reader raises on a payload it cannot decode (any exception: the
-    chunk is bisected down to that payload, a dead letter)."""
+    chunk is bisected down to that payload, a dead letter). The third argument of both
+    is the record name (``FramedSpec.record_name``), which a format may ignore."""
 
     name: str  # in messages: Avro, Protobuf, JSON Schema
     schema_type: str
-    columns: Callable[[RegisteredSchema, RegistryClient], pa.StructType]
-    reader: Callable[[RegisteredSchema, RegistryClient], Reader]
+    columns: Callable[[RegisteredSchema, RegistryClient, str | None], pa.StructType]
+    reader: Callable[[RegisteredSchema, RegistryClient, str | None], Reader]
 
 
 # value format -> the module whose ``FORMAT`` it is (imported when first used).
 FORMATS: dict[str, str] = {
     "avro": "spark_jobs.avro",
+    "protobuf": "spark_jobs.protobuf",
 }
 
 
@@ -97,6 +102,7 @@ class FramedSpec:
     required: frozenset[str] = frozenset()  # columns the schema they came from requires
     on_registry_error: str = "fail"  # or "dead_letter"
     on_incompatible: str = "dead_letter"  # or "fail"
+    record_name: str | None = None  # the type whose fields are the columns (see the top)
 
 
 # -- fitting a writer's columns to the table's ----------------------------------------------
@@ -281,8 +287,8 @@ def _decode_id(
                 f"not {form.schema_type}"
             )
             return None, [(i, why) for i in range(count)]
-        columns = form.columns(registered, client)
-        reader = form.reader(registered, client)
+        columns = form.columns(registered, client, spec.record_name)
+        reader = form.reader(registered, client, spec.record_name)
     except RegistryError as exc:
         if spec.on_registry_error == "fail":
             raise

@@ -111,22 +111,24 @@ class TriggerSection:
 class ValueSection:
     """How record values become columns."""
 
-    format: Literal["binary", "string", "json", "avro"] = Field(
+    format: Literal["binary", "string", "json", "avro", "protobuf"] = Field(
         default="binary",
         description='"binary": the value column as bytes; "string": UTF-8 text; "json": '
-        'parsed into columns by schema; "avro": Confluent-framed Avro, its writers\' schemas '
-        "from [schema_registry], its fields as columns.",
+        'parsed into columns by schema; "avro", "protobuf": Confluent-framed Avro or Protobuf '
+        "(docs/avro.md, docs/protobuf.md), its writers' schemas from [schema_registry], its "
+        "fields as columns.",
     )
     on_incompatible: Literal["dead_letter", "fail"] = Field(
         default="dead_letter",
-        description='A writer\'s schema (format "avro") that does not fit the table: a type '
+        description='A writer\'s schema (format "avro", "protobuf") that does not fit the table: a type '
         "that is not the column's or a lossless promotion of it, a required column missing, "
         'a nested field added. "dead_letter": its records, with the schema id and the '
         'reason; "fail": stop the run (exit 2). New top-level fields always add columns.',
     )
     schema: Str | None = Field(
         default=None,
-        description='The values\' Spark DDL (format "json"; "avro": the columns, default the '
+        description='The values\' Spark DDL (format "json"; "avro", "protobuf": the columns, '
+        "default the "
         'subject\'s latest schema), e.g. "id BIGINT, name STRING".',
     )
     envelope: Literal["none", "debezium"] = Field(
@@ -302,7 +304,7 @@ class IngestConfig:
     )
     spark: SparkSection = Field(default_factory=SparkSection, description="[spark].")
     schema_registry: SchemaRegistrySection | None = Field(
-        default=None, description="[schema_registry] (format avro)."
+        default=None, description="[schema_registry] (formats avro, protobuf)."
     )
     metrics: MetricsSection = Field(default_factory=MetricsSection, description="[metrics].")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="[logging].")

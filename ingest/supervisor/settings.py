@@ -221,6 +221,7 @@ def table_config(
         on_registry_error=on_error,
         on_incompatible=table.value.on_incompatible,
         value_registered=value_registered,
+        record_name=config.schema_registry.record_name if config.schema_registry else None,
         tombstones=table.tombstones,
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
