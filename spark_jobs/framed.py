@@ -241,7 +241,9 @@ def decode_framed(
         decoded, failed = _decode_id(int(schema_id), payloads.take(pa.array(index)), spec)
         errors.extend((int(index[i]), reason) for i, reason in failed)
         if decoded is not None:
-            kept = np.setdiff1d(np.arange(len(index)), [i for i, _ in failed])
+            kept = np.arange(len(index))
+            if failed:
+                kept = np.setdiff1d(kept, [i for i, _ in failed])
             parts.append((index[kept], decoded))
     if not parts:
         return spec.schema.empty_table(), np.empty(0, np.int64), sorted(errors)
@@ -252,6 +254,8 @@ def decode_framed(
         raise IncompatibleSchemaError(
             f"schema ids {sorted(set(ids[framed].tolist()))} add columns of different types: {exc}"
         ) from None
+    if len(good) < 2 or bool(np.all(good[1:] > good[:-1])):  # one schema id: in order
+        return table, good, sorted(errors)
     order = np.argsort(good, kind="stable")
     return table.take(pa.array(order)), good[order], sorted(errors)
 
