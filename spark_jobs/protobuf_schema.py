@@ -201,7 +201,8 @@ def _built_in(name: str, chain: tuple[str, ...]) -> descriptor_pb2.FileDescripto
     protobuf package (or googleapis-common-protos) generated for it."""
     for prefix, package in _BUILT_IN_PACKAGES.items():
         if name.startswith(prefix) and name.endswith(".proto"):
-            module = f"{package}.{name[len(prefix) : -len('.proto')]}_pb2"
+            path = name[len(prefix) : -len(".proto")].replace("/", ".")
+            module = f"{package}.{path}_pb2"  # google/protobuf/compiler/plugin.proto too
             try:
                 file = importlib.import_module(module).DESCRIPTOR
             except ImportError:
