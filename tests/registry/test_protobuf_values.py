@@ -6,8 +6,8 @@ Every type family lands as the column docs/protobuf.md names; a second version o
 message with a field more adds its column in the commit of the rows that carry it; a
 version whose field changed type, a value of another message of the file, one without
 the magic byte and cut ones are dead letters with the reason; every offset lands once.
-The decoded values are checked against protobuf's own reader (upb) through a reference
-conversion written here, and the columns of what is refused are refused clearly.
+The decoded values are checked against protobuf's own reader (upb) through the reference
+conversion of protobuf_support.py, and what cannot be columns is refused clearly.
 """
 
 from __future__ import annotations
