@@ -1,10 +1,13 @@
 """A client of a Confluent-compatible Schema Registry: schemas by id, a subject's latest.
 
-Only the two reads a consumer needs, over HTTP(S) with the standard library:
+Only the reads a consumer needs, over HTTP(S) with the standard library:
 ``GET /schemas/ids/{id}`` (the writer's schema of a record, cached for the life of the
-process: an id never changes meaning) and ``GET /subjects/{subject}/versions/latest``
-(the table's columns when the config gives none). Basic auth or a bearer token, a CA
-file and a client certificate; several URLs are tried in turn.
+process: an id never changes meaning), ``GET /subjects/{subject}/versions/latest`` (the
+table's columns when the config gives none) and ``GET /subjects/{subject}/versions/{n}``
+(a schema's references, e.g. the files a Protobuf schema imports; cached too, a version
+never changes either). Each may ask for a ``format`` (Confluent's registry gives a
+Protobuf schema as ``.proto`` text unless asked for ``format=serialized``). Basic auth
+or a bearer token, a CA file and a client certificate; several URLs are tried in turn.
 
 A registry that does not answer, or answers 5xx or 429, is retried with backoff
 (``client.backoff``) until ``retry_timeout``; then ``RegistryError`` with
@@ -42,7 +45,7 @@ __all__ = [
 
 
 # The value formats whose writers' schemas a registry holds (spark_jobs/framed.py).
-REGISTRY_FORMATS = ("avro",)
+REGISTRY_FORMATS = ("avro", "protobuf")
 
 
 @dataclass(frozen=True)
@@ -87,19 +90,23 @@ class RegistryClient:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
-        self._by_id: dict[int, RegisteredSchema] = {}
+        self._by_id: dict[tuple[int, str | None], RegisteredSchema] = {}
+        self._by_version: dict[tuple[str, int, str | None], RegisteredSchema] = {}
         self._lock = threading.Lock()
         self._sleep = sleep
         self._clock = clock
         self._context = _ssl_context(settings)
 
-    def schema(self, schema_id: int) -> RegisteredSchema:
-        """The schema registered under ``schema_id`` (from the cache after the first)."""
+    def schema(self, schema_id: int, *, fmt: str | None = None) -> RegisteredSchema:
+        """The schema registered under ``schema_id`` (from the cache after the first);
+        ``fmt``: the registry's ``format`` query parameter (e.g. "serialized")."""
         with self._lock:
-            found = self._by_id.get(schema_id)
+            found = self._by_id.get((schema_id, fmt))
         if found is not None:
             return found
-        answer = self._get(f"/schemas/ids/{schema_id}", what=f"schema id {schema_id}")
+        answer = self._get(
+            f"/schemas/ids/{schema_id}{_format_query(fmt)}", what=f"schema id {schema_id}"
+        )
         schema = RegisteredSchema(
             schema_id=schema_id,
             schema_type=str(answer.get("schemaType") or "AVRO"),
@@ -107,14 +114,36 @@ class RegistryClient:
             references=tuple(answer.get("references") or ()),
         )
         with self._lock:
-            self._by_id[schema_id] = schema
+            self._by_id[(schema_id, fmt)] = schema
         return schema
 
     def latest(self, subject: str) -> RegisteredSchema:
         """The latest version registered under ``subject`` (never cached)."""
+        schema = self._version(subject, "latest", None)
+        with self._lock:
+            self._by_id.setdefault((schema.schema_id, None), schema)
+        return schema
+
+    def version(self, subject: str, version: int, *, fmt: str | None = None) -> RegisteredSchema:
+        """Version ``version`` of ``subject`` (cached: a registered version never changes),
+        as a schema's references name the schemas it uses."""
+        key = (subject, version, fmt)
+        with self._lock:
+            found = self._by_version.get(key)
+        if found is not None:
+            return found
+        schema = self._version(subject, str(version), fmt)
+        with self._lock:
+            self._by_version[key] = schema
+        return schema
+
+    def _version(self, subject: str, version: str, fmt: str | None) -> RegisteredSchema:
         quoted = urllib.parse.quote(subject, safe="")
-        answer = self._get(f"/subjects/{quoted}/versions/latest", what=f"subject {subject!r}")
-        schema = RegisteredSchema(
+        answer = self._get(
+            f"/subjects/{quoted}/versions/{version}{_format_query(fmt)}",
+            what=f"subject {subject!r} version {version}",
+        )
+        return RegisteredSchema(
             schema_id=int(answer["id"]),
             schema_type=str(answer.get("schemaType") or "AVRO"),
             text=str(answer["schema"]),
@@ -122,9 +151,6 @@ class RegistryClient:
             version=int(answer["version"]),
             references=tuple(answer.get("references") or ()),
         )
-        with self._lock:
-            self._by_id.setdefault(schema.schema_id, schema)
-        return schema
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -190,6 +216,10 @@ class RegistryClient:
             pair = f"{settings.basic_auth_user}:{password.reveal() if password else ''}"
             headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         return headers
+
+
+def _format_query(fmt: str | None) -> str:
+    return "" if fmt is None else "?" + urllib.parse.urlencode({"format": fmt})
 
 
 def _ssl_context(settings: RegistrySettings) -> ssl.SSLContext | None:

@@ -43,14 +43,18 @@ def _writer(registered: RegisteredSchema) -> Any:
         raise IncompatibleSchemaError(f"not an Avro schema: {exc}") from None
 
 
-def _columns(registered: RegisteredSchema, _client: RegistryClient) -> pa.DataType:
+def _columns(
+    registered: RegisteredSchema, _client: RegistryClient, _record_name: str | None
+) -> pa.DataType:
     try:
         return arrow_type(_writer(registered), {})
     except ConfigError as exc:
         raise IncompatibleSchemaError(str(exc)) from None
 
 
-def _reader(registered: RegisteredSchema, _client: RegistryClient) -> Reader:
+def _reader(
+    registered: RegisteredSchema, _client: RegistryClient, _record_name: str | None
+) -> Reader:
     writer = _writer(registered)
     text = registered.text
     if not (isinstance(writer, dict) and writer.get("type") == "record"):

@@ -398,8 +398,14 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
                     key="table.value.schema",
                 )
             struct = format_of(config.value_format).columns(
-                config.value_registered, client_for(config.registry)
+                config.value_registered, client_for(config.registry), config.record_name
             )
+            if not isinstance(struct, pa.StructType):
+                raise ConfigError(
+                    f"the subject's latest schema is not a record ({struct}): its fields "
+                    "cannot be columns",
+                    key="table.value.schema",
+                )
             json_schema = pa.schema([struct.field(i) for i in range(struct.num_fields)])
         framed = FramedSpec(
             config.value_format,
@@ -411,13 +417,14 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
             on_registry_error=config.on_registry_error,
             on_incompatible=config.on_incompatible,
             add_columns=not config.transform,
+            record_name=config.record_name,
         )
         json_schema = None
     key_framed = None
     if config.key_format in REGISTRY_FORMATS:
         assert config.registry is not None and config.key_registered is not None
         key_type = format_of(config.key_format).columns(
-            config.key_registered, client_for(config.registry)
+            config.key_registered, client_for(config.registry), config.key_record_name
         )
         key_framed = FramedSpec(
             config.key_format,
@@ -426,6 +433,7 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
             on_registry_error=config.on_registry_error,
             on_incompatible=config.on_incompatible,
             wrap="key",
+            record_name=config.key_record_name,
         )
     return DecodeSpec(
         config.value_format,

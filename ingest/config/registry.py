@@ -15,7 +15,7 @@ from ingest.config.units import SECTION, Str
 
 @dataclass(frozen=True, config=SECTION)
 class SchemaRegistrySection:
-    """A Confluent-compatible Schema Registry (format "avro")."""
+    """A Confluent-compatible Schema Registry (formats "avro" and "protobuf")."""
 
     urls: list[Str] = Field(
         min_length=1,
@@ -58,5 +58,8 @@ class SchemaRegistrySection:
         '"<topic>-<record_name>" ("topic_record").',
     )
     record_name: Str | None = Field(
-        default=None, description='The record\'s full name, for the "record" strategies.'
+        default=None,
+        description='The record\'s full name, for the "record" strategies. Protobuf: also '
+        "the message of the writer's file whose fields are the columns (default: the file's "
+        "first); a value of another message is a dead letter.",
     )

@@ -111,22 +111,24 @@ class TriggerSection:
 class ValueSection:
     """How record values become columns."""
 
-    format: Literal["binary", "string", "json", "avro"] = Field(
+    format: Literal["binary", "string", "json", "avro", "protobuf"] = Field(
         default="binary",
         description='"binary": the value column as bytes; "string": UTF-8 text; "json": '
-        'parsed into columns by schema; "avro": Confluent-framed Avro, its writers\' schemas '
-        "from [schema_registry], its fields as columns.",
+        'parsed into columns by schema; "avro", "protobuf": Confluent-framed Avro or Protobuf '
+        "(docs/avro.md, docs/protobuf.md), its writers' schemas from [schema_registry], its "
+        "fields as columns.",
     )
     on_incompatible: Literal["dead_letter", "fail"] = Field(
         default="dead_letter",
-        description='A writer\'s schema (format "avro") that does not fit the table: a type '
+        description='A writer\'s schema (format "avro", "protobuf") that does not fit the table: a type '
         "that is not the column's or a lossless promotion of it, a required column missing, "
         'a nested field added. "dead_letter": its records, with the schema id and the '
         'reason; "fail": stop the run (exit 2). New top-level fields always add columns.',
     )
     schema: Str | None = Field(
         default=None,
-        description='The values\' Spark DDL (format "json"; "avro": the columns, default the '
+        description='The values\' Spark DDL (format "json"; "avro", "protobuf": the columns, '
+        "default the "
         'subject\'s latest schema), e.g. "id BIGINT, name STRING".',
     )
     envelope: Literal["none", "debezium"] = Field(
@@ -141,16 +143,17 @@ class ValueSection:
 class KeySection:
     """How record keys become the ``key`` column."""
 
-    format: Literal["binary", "string", "avro"] = Field(
+    format: Literal["binary", "string", "avro", "protobuf"] = Field(
         default="binary",
         description='"binary": the key as bytes; "string": UTF-8 text (a key that is not is a '
-        'dead letter); "avro": Confluent-framed, its writers\' schemas from [schema_registry] '
-        "(subject <topic>-key): the key column is the writer's type (a record's struct, or a "
-        "primitive).",
+        'dead letter); "avro", "protobuf": Confluent-framed, its writers\' schemas from '
+        "[schema_registry] (subject <topic>-key): the key column is the writer's type (a "
+        "record's or message's struct, or an Avro primitive).",
     )
     record_name: Str | None = Field(
         default=None,
-        description="The key record's full name, for the record subject name strategies.",
+        description="The key record's full name, for the record subject name strategies "
+        "(Protobuf: the message whose fields the key has, default the file's first).",
     )
 
 
@@ -322,7 +325,7 @@ class IngestConfig:
     )
     spark: SparkSection = Field(default_factory=SparkSection, description="[spark].")
     schema_registry: SchemaRegistrySection | None = Field(
-        default=None, description="[schema_registry] (format avro)."
+        default=None, description="[schema_registry] (formats avro, protobuf)."
     )
     metrics: MetricsSection = Field(default_factory=MetricsSection, description="[metrics].")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="[logging].")

@@ -32,8 +32,8 @@ __all__ = [
 ]
 
 WriteMode = Literal["append", "upsert"]
-ValueFormat = Literal["binary", "string", "json", "avro"]
-VALUE_FORMATS = ("binary", "string", "json", "avro")
+ValueFormat = Literal["binary", "string", "json", "avro", "protobuf"]
+VALUE_FORMATS = ("binary", "string", "json", "avro", "protobuf")
 # With json, the formats in a registry (Confluent-framed): their fields become columns.
 FIELD_FORMATS = ("json", *REGISTRY_FORMATS)
 # What a record with a null value does: "delete" its key's row (upsert), "ignore" it,
@@ -81,8 +81,10 @@ class TableConfig:
     value_envelope: Envelope = "none"
     # REGISTRY_FORMATS: where the writers' schemas are, what a registry failure costs
     # ("fail" the batch or "dead_letter" its records), what a writer's schema that does
-    # not fit the table costs (spark_jobs/framed.py), and the subject's latest schema,
-    # giving the columns when value_schema (DDL) does not.
+    # not fit the table costs (spark_jobs/framed.py), the subject's latest schema,
+    # giving the columns when value_schema (DDL) does not, and the record name: the
+    # type of a writer's schema whose fields are the columns (protobuf: the message;
+    # None: the file's first).
     registry: RegistrySettings | None = None
     on_registry_error: Literal["fail", "dead_letter"] = "fail"
     on_incompatible: Literal["fail", "dead_letter"] = "dead_letter"
@@ -90,6 +92,9 @@ class TableConfig:
     # Keys: "binary", "string" or a REGISTRY_FORMATS one, and its subject's latest schema.
     key_format: str = "binary"
     key_registered: RegisteredSchema | None = None
+    key_record_name: str | None = None
+    # The record name of the registry's record strategies (Protobuf: the message).
+    record_name: str | None = None
     tombstones: Tombstones | None = None
     transform: str | None = None
     transform_tables: Mapping[str, str] = field(default_factory=dict)

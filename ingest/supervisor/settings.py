@@ -227,6 +227,8 @@ def table_config(
         value_registered=value_registered,
         key_format=table.key.format,
         key_registered=key_registered,
+        key_record_name=table.key.record_name,
+        record_name=config.schema_registry.record_name if config.schema_registry else None,
         tombstones=table.tombstones,
         transform=table.transform,
         transform_tables=dict(table.transform_tables),

@@ -188,3 +188,39 @@ def test_on_spark_avro_keys_and_values_decode_in_the_tasks_and_a_transform_sees_
     assert table.schema.field("key").type == pa.struct(
         [("id", pa.int64()), ("region", pa.string())]
     )
+
+
+def test_a_protobuf_key_is_a_struct_of_its_message(schema_registry: SchemaRegistry) -> None:
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import descriptor_pb2
+
+    from tests.registry.protobuf_support import CONF, F, add_field, classes
+
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="keys/order_key.proto", package="keys", syntax="proto3"
+    )
+    message = proto.message_type.add(name="OrderKey")
+    add_field(message, "id", 1, F.TYPE_INT64)
+    add_field(message, "region", 2, F.TYPE_STRING)
+    cls = classes(proto)["keys.OrderKey"]
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    context = SerializationContext(unique_name("proto-key"), MessageField.KEY)
+    serializer = ProtobufSerializer(cls, client, CONF)
+    payloads = pa.array(
+        [serializer(cls(id=n, region=f"r{n}"), context) for n in range(3)] + [None], pa.binary()
+    )
+    kind = pa.struct([("id", pa.int64()), ("region", pa.string())])
+    spec = FramedSpec(
+        "protobuf",
+        RegistrySettings((schema_registry.url,)),
+        pa.schema([pa.field("key", kind)]),
+        wrap="key",
+    )
+    columns, good, errors = decode_framed(payloads, spec)
+    assert errors == [] and good.tolist() == [0, 1, 2, 3]
+    assert columns.column("key").to_pylist() == [
+        {"id": 0, "region": "r0"},
+        {"id": 1, "region": "r1"},
+        {"id": 2, "region": "r2"},
+        None,
+    ]
