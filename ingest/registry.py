@@ -1,9 +1,11 @@
 """A client of a Confluent-compatible Schema Registry: schemas by id, a subject's latest.
 
-Only the two reads a consumer needs, over HTTP(S) with the standard library:
+Only the reads a consumer needs, over HTTP(S) with the standard library:
 ``GET /schemas/ids/{id}`` (the writer's schema of a record, cached for the life of the
-process: an id never changes meaning) and ``GET /subjects/{subject}/versions/latest``
-(the table's columns when the config gives none). Basic auth or a bearer token, a CA
+process: an id never changes meaning), ``GET /subjects/{subject}/versions/latest``
+(the table's columns when the config gives none) and
+``GET /subjects/{subject}/versions/{version}`` (a schema another one references by
+subject and version, JSON Schema's ``$ref`` to another document; cached too). Basic auth or a bearer token, a CA
 file and a client certificate; several URLs are tried in turn.
 
 A registry that does not answer, or answers 5xx or 429, is retried with backoff
@@ -42,7 +44,7 @@ __all__ = [
 
 
 # The value formats whose writers' schemas a registry holds (spark_jobs/framed.py).
-REGISTRY_FORMATS = ("avro",)
+REGISTRY_FORMATS = ("avro", "json_schema")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class RegistryClient:
     ) -> None:
         self.settings = settings
         self._by_id: dict[int, RegisteredSchema] = {}
+        self._by_version: dict[tuple[str, int], RegisteredSchema] = {}
         self._lock = threading.Lock()
         self._sleep = sleep
         self._clock = clock
@@ -112,8 +115,24 @@ class RegistryClient:
 
     def latest(self, subject: str) -> RegisteredSchema:
         """The latest version registered under ``subject`` (never cached)."""
+        return self._subject_version(subject, "latest")
+
+    def version(self, subject: str, version: int) -> RegisteredSchema:
+        """Version ``version`` of ``subject`` (a schema's ``references`` name them; cached:
+        a subject's version keeps its schema)."""
+        with self._lock:
+            found = self._by_version.get((subject, version))
+        if found is not None:
+            return found
+        schema = self._subject_version(subject, str(int(version)))
+        with self._lock:
+            self._by_version[(subject, version)] = schema
+        return schema
+
+    def _subject_version(self, subject: str, version: str) -> RegisteredSchema:
         quoted = urllib.parse.quote(subject, safe="")
-        answer = self._get(f"/subjects/{quoted}/versions/latest", what=f"subject {subject!r}")
+        what = f"subject {subject!r}" + ("" if version == "latest" else f" version {version}")
+        answer = self._get(f"/subjects/{quoted}/versions/{version}", what=what)
         schema = RegisteredSchema(
             schema_id=int(answer["id"]),
             schema_type=str(answer.get("schemaType") or "AVRO"),

@@ -78,6 +78,7 @@ class Format:
 # value format -> the module whose ``FORMAT`` it is (imported when first used).
 FORMATS: dict[str, str] = {
     "avro": "spark_jobs.avro",
+    "json_schema": "spark_jobs.json_schema",
 }
 
 

@@ -111,23 +111,25 @@ class TriggerSection:
 class ValueSection:
     """How record values become columns."""
 
-    format: Literal["binary", "string", "json", "avro"] = Field(
+    format: Literal["binary", "string", "json", "avro", "json_schema"] = Field(
         default="binary",
         description='"binary": the value column as bytes; "string": UTF-8 text; "json": '
         'parsed into columns by schema; "avro": Confluent-framed Avro, its writers\' schemas '
-        "from [schema_registry], its fields as columns.",
+        'from [schema_registry], its fields as columns; "json_schema": Confluent-framed JSON '
+        "whose writers' JSON Schemas are in [schema_registry], its properties as columns "
+        "(docs/json_schema.md).",
     )
     on_incompatible: Literal["dead_letter", "fail"] = Field(
         default="dead_letter",
-        description='A writer\'s schema (format "avro") that does not fit the table: a type '
+        description='A writer\'s schema (format "avro", "json_schema") that does not fit the table: a type '
         "that is not the column's or a lossless promotion of it, a required column missing, "
         'a nested field added. "dead_letter": its records, with the schema id and the '
         'reason; "fail": stop the run (exit 2). New top-level fields always add columns.',
     )
     schema: Str | None = Field(
         default=None,
-        description='The values\' Spark DDL (format "json"; "avro": the columns, default the '
-        'subject\'s latest schema), e.g. "id BIGINT, name STRING".',
+        description='The values\' Spark DDL (format "json"; "avro", "json_schema": the '
+        'columns, default the subject\'s latest schema), e.g. "id BIGINT, name STRING".',
     )
     envelope: Literal["none", "debezium"] = Field(
         default="none",
@@ -322,7 +324,7 @@ class IngestConfig:
     )
     spark: SparkSection = Field(default_factory=SparkSection, description="[spark].")
     schema_registry: SchemaRegistrySection | None = Field(
-        default=None, description="[schema_registry] (format avro)."
+        default=None, description="[schema_registry] (format avro, json_schema)."
     )
     metrics: MetricsSection = Field(default_factory=MetricsSection, description="[metrics].")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="[logging].")
