@@ -48,6 +48,7 @@ __all__ = [
     "Property",
     "column_type",
     "columns",
+    "escape",
     "has_map",
     "parse_type",
     "schema_node",
@@ -169,7 +170,8 @@ def _references(raw: tuple[dict[str, Any], ...]) -> dict[str, tuple[str, int]]:
     return {str(r["name"]): (str(r["subject"]), int(r["version"])) for r in raw}
 
 
-def _escape(name: str) -> str:
+def escape(name: str) -> str:
+    """A property name as a JSON pointer's reference token (RFC 6901)."""
     return name.replace("~", "~0").replace("/", "~1")
 
 
@@ -219,7 +221,7 @@ class _Walker:
             if key in schema:
                 raise _error(where, f"{key!r} is not supported")
         for key in ("oneOf", "anyOf", "allOf"):
-            if key in schema:
+            if key in schema and _shapes(schema[key]):
                 return self._union(schema, key, document, pointer)
         types = schema.get("type")
         nullable = False
@@ -244,13 +246,14 @@ class _Walker:
         if kind == OBJECT:
             properties = schema.get("properties")
             if isinstance(properties, dict) and properties:
-                required = set(schema.get("required") or ())
+                listed = schema.get("required")
+                required = set(listed) if isinstance(listed, list) else set()
                 return Node(
                     OBJECT,
                     properties=tuple(
                         Property(
                             str(name),
-                            self.node(sub, document, f"{pointer}/properties/{_escape(name)}"),
+                            self.node(sub, document, f"{pointer}/properties/{escape(name)}"),
                             name in required,
                         )
                         for name, sub in properties.items()
@@ -355,11 +358,23 @@ def _implied(schema: dict[str, Any], where: str) -> str:
     raise _error(where, "a schema with no type: a column needs one")
 
 
+_SHAPING = ("type", "$ref", "properties", "additionalProperties", "items", "enum", "const",
+            "oneOf", "anyOf", "allOf")  # fmt: skip
+
+
+def _shapes(members: Any) -> bool:
+    """Whether a oneOf/anyOf/allOf gives types (else its members only constrain values,
+    e.g. ``"oneOf": [{"required": ["a"]}, {"required": ["b"]}]`` beside ``properties``:
+    the schema's own keywords give the type, and those constraints are not checked)."""
+    if not isinstance(members, list):
+        return True  # malformed: _union says so
+    return any(not isinstance(m, dict) or any(k in m for k in _SHAPING) for m in members)
+
+
 def _is_null(schema: Any) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "null"
 
 
 def _error(where: str, why: str) -> IncompatibleSchemaError:
-    document, _, pointer = where.partition("#")
-    place = f"{document}#{pointer or ''}" if document else f"#{pointer}"
-    return IncompatibleSchemaError(f"{place}: {why}")
+    """``where``: the document (empty for the writer's own) and the JSON pointer."""
+    return IncompatibleSchemaError(f"{where}: {why}")

@@ -42,6 +42,7 @@ from spark_jobs.json_schema_types import (
     TIMESTAMP,
     Node,
     column_type,
+    escape,
     parse_type,
 )
 
@@ -83,7 +84,7 @@ def _finish(array: pa.Array, node: Node, pointer: str) -> pa.Array:
         # flatten: the children with the struct's nulls (what is under a null struct is
         # nothing to check; pa.array fills it with empty values)
         for prop, child in zip(node.properties, array.flatten(), strict=True):
-            path = f"{pointer}/{prop.name}"
+            path = f"{pointer}/{escape(prop.name)}"
             if not prop.nullable and child.null_count > array.null_count:
                 raise Mismatch(path, "required, and missing or null")
             done = _finish(child, prop.node, path)
@@ -202,7 +203,7 @@ def walk(value: Any, node: Node, pointer: str) -> Any:
         _expect(value, dict, pointer, "object")
         out = {}
         for prop in node.properties:
-            path = f"{pointer}/{prop.name}"
+            path = f"{pointer}/{escape(prop.name)}"
             member = value.get(prop.name)
             if member is None and not prop.nullable:
                 raise Mismatch(path, "required, and missing or null")
@@ -217,7 +218,7 @@ def walk(value: Any, node: Node, pointer: str) -> Any:
         pairs = enumerate(value) if kind == ARRAY else value.items()
         out_items = []
         for key, member in pairs:
-            path = f"{pointer}/{key}"
+            path = f"{pointer}/{escape(str(key))}"
             if member is None and not items.nullable:
                 raise Mismatch(path, f"null where the schema says {items.kind}")
             walked = walk(member, items, path)
@@ -232,7 +233,9 @@ def walk(value: Any, node: Node, pointer: str) -> Any:
         return value
     if kind == INTEGER:
         if isinstance(value, float) and value.is_integer():
-            raise Mismatch(pointer, f"{value!r}: an integer must be written without a fraction")
+            raise Mismatch(
+                pointer, f"{value!r}: an integer must be written as one (no fraction, no exponent)"
+            )
         _expect(value, int, pointer, "integer")
         if not _INT64[0] <= value <= _INT64[1]:
             raise Mismatch(pointer, f"{value} does not fit in 64 bits")
