@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.errors import IncompatibleSchemaError, RegistryError
+from ingest.errors import IncompatibleSchemaError
 from ingest.registry import RegisteredSchema, RegistryClient
 
 __all__ = [
@@ -189,20 +189,20 @@ class _Walker:
         self.resolving: list[str] = []  # the $ref targets being resolved, outermost first
 
     def _load(self, name: str) -> Any:
-        """The document a reference names, fetched from the registry."""
-        if name not in self.references:
+        """The document a reference names, fetched from the registry (a registry that
+        fails raises ``RegistryError``: the frame's ``on_registry_error`` decides)."""
+        root = self.documents[""]
+        base = root.get("$id") or root.get("id") if isinstance(root, dict) else None
+        names = [name, urllib.parse.urljoin(base, name)] if isinstance(base, str) else [name]
+        found_name = next((n for n in names if n in self.references), None)
+        if found_name is None:
             known = ", ".join(sorted(self.references)) or "none"
             raise IncompatibleSchemaError(
                 f"a $ref to the document {name!r}, which no reference of the registered "
                 f"schema names (its references: {known})"
             )
-        subject, version = self.references[name]
-        try:
-            found = self.client.version(subject, version)
-        except RegistryError as exc:
-            raise IncompatibleSchemaError(
-                f"the reference {name!r} (subject {subject!r} version {version}): {exc}"
-            ) from None
+        subject, version = self.references[found_name]
+        found = self.client.version(subject, version)
         if found.schema_type != "JSON":
             raise IncompatibleSchemaError(
                 f"the reference {name!r} is a {found.schema_type} schema, not JSON"

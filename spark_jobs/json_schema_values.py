@@ -49,7 +49,10 @@ from spark_jobs.json_schema_types import (
 __all__ = ["explain", "finish", "rows"]
 
 # RFC 3339's date-time (with the space its section 5.6 allows) and full-date.
-_DATE_TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+_DATE_TIME = (
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
 _DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 _DATE_TIME_RE = re.compile(_DATE_TIME)
 _DATE_RE = re.compile(_DATE)
@@ -171,6 +174,8 @@ def explain(raw: bytes, node: Node) -> str | None:
         walk(_parsed(raw), node, "")
     except Mismatch as exc:
         return str(exc)
+    except Exception:  # the caller then gives Arrow's reason
+        return None
     return None
 
 
@@ -243,7 +248,10 @@ def walk(value: Any, node: Node, pointer: str) -> Any:
     if kind == NUMBER:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise Mismatch(pointer, f"{_JSON_TYPES[type(value)]} where the schema says number")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise Mismatch(pointer, f"{value} is too large for a double") from None
     assert kind == BOOLEAN
     _expect(value, bool, pointer, "boolean")
     return value

@@ -382,6 +382,17 @@ def test_schemas_map_to_columns_and_what_cannot_is_refused_naming_the_pointer(
             pa.field("one", pa.struct([("a", pa.string()), ("b/c", pa.string())])),
         ]
     )
+    # A reference named by its full URL, a $ref relative to the schema's $id.
+    based = {
+        "$schema": DRAFT,
+        "$id": "https://example.com/schemas/route.json",
+        "type": "object",
+        "properties": {"to": {"$ref": "point.json"}},
+    }
+    full = SchemaReference("https://example.com/schemas/point.json", f"{subject}-point", 1)
+    based_id = client.register_schema(f"{subject}-based", Schema(json.dumps(based), "JSON", [full]))
+    based_columns = format_of("json_schema").columns(ours.schema(based_id), ours)
+    assert based_columns == pa.struct([("to", point_type)])
     refused = {
         '#/properties/u: type ["string", "integer"]': {
             "properties": {"u": {"type": ["string", "integer"]}}
