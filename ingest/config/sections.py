@@ -121,8 +121,9 @@ class ValueSection:
     )
     on_incompatible: Literal["dead_letter", "fail"] = Field(
         default="dead_letter",
-        description='A writer\'s schema (format "avro", "json_schema") that does not fit the table: a type '
-        "that is not the column's or a lossless promotion of it, a required column missing, "
+        description='A writer\'s schema (format "avro", "json_schema") that does not fit the '
+        "table: a type that is not the column's or a lossless promotion of it, a required "
+        "column missing, "
         'a nested field added. "dead_letter": its records, with the schema id and the '
         'reason; "fail": stop the run (exit 2). New top-level fields always add columns.',
     )
