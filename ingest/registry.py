@@ -4,7 +4,8 @@ Only the reads a consumer needs, over HTTP(S) with the standard library:
 ``GET /schemas/ids/{id}`` (the writer's schema of a record, cached for the life of the
 process: an id never changes meaning), ``GET /subjects/{subject}/versions/latest`` (the
 table's columns when the config gives none) and ``GET /subjects/{subject}/versions/{n}``
-(a schema's references, e.g. the files a Protobuf schema imports; cached too, a version
+(a schema's references: the files a Protobuf schema imports, the documents a JSON
+Schema's ``$ref`` names; cached too, a version
 never changes either). Each may ask for a ``format`` (Confluent's registry gives a
 Protobuf schema as ``.proto`` text unless asked for ``format=serialized``). Basic auth
 or a bearer token, a CA file and a client certificate; several URLs are tried in turn.
@@ -45,7 +46,7 @@ __all__ = [
 
 
 # The value formats whose writers' schemas a registry holds (spark_jobs/framed.py).
-REGISTRY_FORMATS = ("avro", "protobuf")
+REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 
 
 @dataclass(frozen=True)

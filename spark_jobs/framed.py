@@ -84,6 +84,7 @@ class Format:
 FORMATS: dict[str, str] = {
     "avro": "spark_jobs.avro",
     "protobuf": "spark_jobs.protobuf",
+    "json_schema": "spark_jobs.json_schema",
 }
 
 

@@ -5,6 +5,8 @@ parsed at once with ``pyarrow.json`` over the values joined by newlines; values 
 newline or not starting with ``{`` are first normalized one by one with orjson (which also
 rejects what is not one JSON object); the line count is then checked, and a block that
 fails is bisected down to single records, whose errors become dead letters.
+``json_rows``: the same parse of a chunk all at once, raising on the first value that
+fails, for a caller that bisects itself (``json_schema.py``, in ``framed.py``'s frame).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-__all__ = ["json_fields", "utf8_errors"]
+__all__ = ["json_fields", "json_rows", "utf8_errors"]
 
 _LEAF = 16
 _OPEN_BRACE = ord("{")
@@ -127,6 +129,49 @@ def _needs_normalizing(values: pa.Array) -> np.ndarray:
     return np.flatnonzero(suspect)
 
 
+def _normalized(raw: bytes) -> bytes | str:
+    """``raw`` as one line holding one JSON object, or why it is not one."""
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"invalid JSON: {exc}"
+    if not isinstance(parsed, dict):
+        return f"not a JSON object: a {type(parsed).__name__}"
+    return orjson.dumps(parsed)
+
+
+def _patched(values: pa.Array, replaced: dict[int, bytes]) -> pa.Array:
+    """``values`` with the values at ``replaced``'s indices replaced."""
+    if not replaced:
+        return values
+    count = len(values)
+    patch_index = np.fromiter(replaced, np.int64, len(replaced))
+    index = np.arange(count, dtype=np.int64)
+    index[patch_index] = count + np.arange(len(patch_index))
+    patches = pa.array(list(replaced.values()), pa.binary())
+    return pa.concat_arrays([values, patches]).take(pa.array(index))
+
+
+def json_rows(values: pa.Array, schema: pa.Schema) -> pa.Table:
+    """``values`` (JSON objects, none null) as one row each of ``schema``'s columns,
+    parsed at once; ``ValueError`` saying why when any value is not a JSON object of
+    those types (which one is the caller's to find, by bisecting)."""
+    values = values.cast(pa.binary())
+    replaced: dict[int, bytes] = {}
+    for i in _needs_normalizing(values).tolist():
+        raw = values[i].as_py()
+        line = "a null value" if raw is None else _normalized(raw)
+        if isinstance(line, str):
+            raise ValueError(line)
+        replaced[i] = line
+    if values.null_count:
+        raise ValueError("a null value")
+    parsed = _parse_block(_patched(values, replaced), schema)
+    if isinstance(parsed, str):
+        raise ValueError(parsed)
+    return parsed
+
+
 def json_fields(
     values: pa.Array, schema: pa.Schema
 ) -> tuple[pa.Table, np.ndarray, list[tuple[int, str]]]:
@@ -136,26 +181,15 @@ def json_fields(
     errors: dict[int, str] = {}
     replaced: dict[int, bytes] = {}
     for i in _needs_normalizing(values).tolist():
-        raw = values[i].as_py()
-        try:
-            parsed = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            errors[i] = f"invalid JSON: {exc}"
-            continue
-        if not isinstance(parsed, dict):
-            errors[i] = f"not a JSON object: a {type(parsed).__name__}"
-            continue
-        replaced[i] = orjson.dumps(parsed)
+        line = _normalized(values[i].as_py())
+        if isinstance(line, str):
+            errors[i] = line
+        else:
+            replaced[i] = line
     if values.null_count:
         for i in np.flatnonzero(~values.is_valid().to_numpy(zero_copy_only=False)).tolist():
             replaced[i] = b"{}"  # a tombstone: every field null
-    lines = values
-    if replaced:
-        patch_index = np.fromiter(replaced, np.int64, len(replaced))
-        index = np.arange(count, dtype=np.int64)
-        index[patch_index] = count + np.arange(len(patch_index))
-        patches = pa.array(list(replaced.values()), pa.binary())
-        lines = pa.concat_arrays([values, patches]).take(pa.array(index))
+    lines = _patched(values, replaced)
     candidates = (
         np.arange(count, dtype=np.int64)
         if not errors

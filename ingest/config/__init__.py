@@ -14,7 +14,7 @@ The package, by job (import every name from ``ingest.config``):
 * ``units.py``: ``Size``, ``Duration``, their parsers and their JSON Schema; the strict
   scalars and the strings of a shape (host:port, ``SPARK_MASTER``, view names).
 * ``kafka.py``: the sections of the Kafka side ([kafka], [source], [fetch]).
-* ``registry.py``: [schema_registry] (formats "avro", "protobuf").
+* ``registry.py``: [schema_registry] (formats "avro", "protobuf", "json_schema").
 * ``sections.py``: the other section dataclasses (types, defaults, descriptions),
   ``IngestConfig`` (and what it gives the layers below: ``client_config``, storage
   options, the dead-letter URI), and ``offsets_topic_partition``.

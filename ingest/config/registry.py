@@ -1,5 +1,5 @@
-"""The [schema_registry] section: where Avro values' writer schemas are, declared as
-``sections.py`` says."""
+"""The [schema_registry] section: where the writers' schemas of Avro and JSON Schema values
+are, declared as ``sections.py`` says."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ingest.config.units import SECTION, Str
 
 @dataclass(frozen=True, config=SECTION)
 class SchemaRegistrySection:
-    """A Confluent-compatible Schema Registry (formats "avro" and "protobuf")."""
+    """A Confluent-compatible Schema Registry (formats "avro", "protobuf", "json_schema")."""
 
     urls: list[Str] = Field(
         min_length=1,

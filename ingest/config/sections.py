@@ -111,25 +111,26 @@ class TriggerSection:
 class ValueSection:
     """How record values become columns."""
 
-    format: Literal["binary", "string", "json", "avro", "protobuf"] = Field(
+    format: Literal["binary", "string", "json", "avro", "protobuf", "json_schema"] = Field(
         default="binary",
         description='"binary": the value column as bytes; "string": UTF-8 text; "json": '
-        'parsed into columns by schema; "avro", "protobuf": Confluent-framed Avro or Protobuf '
-        "(docs/avro.md, docs/protobuf.md), its writers' schemas from [schema_registry], its "
-        "fields as columns.",
+        'parsed into columns by schema; "avro", "protobuf", "json_schema": Confluent-framed '
+        "Avro, Protobuf or JSON with a JSON Schema (docs/avro.md, docs/protobuf.md, "
+        "docs/json_schema.md), its writers' schemas from [schema_registry], its fields as "
+        "columns.",
     )
     on_incompatible: Literal["dead_letter", "fail"] = Field(
         default="dead_letter",
-        description='A writer\'s schema (format "avro", "protobuf") that does not fit the table: a type '
-        "that is not the column's or a lossless promotion of it, a required column missing, "
+        description="A writer's schema (the registry's formats) that does not fit the table: "
+        "a type that is not the column's or a lossless promotion of it, a required column "
+        "missing, "
         'a nested field added. "dead_letter": its records, with the schema id and the '
         'reason; "fail": stop the run (exit 2). New top-level fields always add columns.',
     )
     schema: Str | None = Field(
         default=None,
-        description='The values\' Spark DDL (format "json"; "avro", "protobuf": the columns, '
-        "default the "
-        'subject\'s latest schema), e.g. "id BIGINT, name STRING".',
+        description="The values' Spark DDL (format \"json\"; the registry's formats: the "
+        'columns, default the subject\'s latest schema), e.g. "id BIGINT, name STRING".',
     )
     envelope: Literal["none", "debezium"] = Field(
         default="none",
@@ -143,12 +144,12 @@ class ValueSection:
 class KeySection:
     """How record keys become the ``key`` column."""
 
-    format: Literal["binary", "string", "avro", "protobuf"] = Field(
+    format: Literal["binary", "string", "avro", "protobuf", "json_schema"] = Field(
         default="binary",
         description='"binary": the key as bytes; "string": UTF-8 text (a key that is not is a '
-        'dead letter); "avro", "protobuf": Confluent-framed, its writers\' schemas from '
-        "[schema_registry] (subject <topic>-key): the key column is the writer's type (a "
-        "record's or message's struct, or an Avro primitive).",
+        'dead letter); "avro", "protobuf", "json_schema": Confluent-framed, its writers\' '
+        "schemas from [schema_registry] (subject <topic>-key): the key column is the "
+        "writer's type (a record's, message's or object's struct, or an Avro primitive).",
     )
     record_name: Str | None = Field(
         default=None,
@@ -325,7 +326,7 @@ class IngestConfig:
     )
     spark: SparkSection = Field(default_factory=SparkSection, description="[spark].")
     schema_registry: SchemaRegistrySection | None = Field(
-        default=None, description="[schema_registry] (formats avro, protobuf)."
+        default=None, description="[schema_registry] (formats avro, protobuf, json_schema)."
     )
     metrics: MetricsSection = Field(default_factory=MetricsSection, description="[metrics].")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="[logging].")

@@ -32,8 +32,8 @@ __all__ = [
 ]
 
 WriteMode = Literal["append", "upsert"]
-ValueFormat = Literal["binary", "string", "json", "avro", "protobuf"]
-VALUE_FORMATS = ("binary", "string", "json", "avro", "protobuf")
+ValueFormat = Literal["binary", "string", "json", "avro", "protobuf", "json_schema"]
+VALUE_FORMATS = ("binary", "string", "json", "avro", "protobuf", "json_schema")
 # With json, the formats in a registry (Confluent-framed): their fields become columns.
 FIELD_FORMATS = ("json", *REGISTRY_FORMATS)
 # What a record with a null value does: "delete" its key's row (upsert), "ignore" it,
