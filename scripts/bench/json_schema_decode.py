@@ -145,7 +145,7 @@ def main() -> None:
         settings = RegistrySettings((registry.url,))
         client = client_for(settings)
         writer = client.schema(int.from_bytes(values[0][1:5]))
-        columns = format_of("json_schema").columns(writer, client)
+        columns = format_of("json_schema").columns(writer, client, None)
         schema = pa.schema([f.with_nullable(True) for f in columns])
         spec = FramedSpec("json_schema", settings, schema)
         ours, rows = best(args.repeat, lambda: ingest_decode(array, spec))
