@@ -417,6 +417,10 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
             on_registry_error=config.on_registry_error,
             on_incompatible=config.on_incompatible,
             add_columns=not config.transform,
+            reserved=frozenset(
+                {*BASE_COLUMNS, "value", DEAD_LETTER_COLUMN, DELETE_COLUMN}
+                | ({config.date_column} if config.date_column else set())
+            ),
             record_name=config.record_name,
         )
         json_schema = None

@@ -108,6 +108,8 @@ class FramedSpec:
     # False with a SQL transform: its view's columns are fixed, so a writer's new field
     # makes that writer incompatible instead of adding a column.
     add_columns: bool = True
+    # Names a writer's new field cannot take: the columns ingest writes itself.
+    reserved: frozenset[str] = frozenset()
     # Set for keys: the writer's whole type (a record's struct, or a primitive) is the one
     # column of this name, instead of a record's fields being the columns.
     wrap: str | None = None
@@ -315,6 +317,9 @@ def _decode_id(
         return None, [(i, f"schema id {schema_id}: {exc}") for i in range(count)]
     fitted = fit(columns, spec.schema, spec.required)
     problems = list(fitted.problems)
+    taken = sorted(f.name for f in fitted.added if f.name in spec.reserved)
+    if taken:
+        problems.append(f"new fields {', '.join(taken)} have the names of ingest's own columns")
     if fitted.added and not spec.add_columns:
         names = ", ".join(f.name for f in fitted.added)
         problems.append(f"new fields {names} (the transform's columns are fixed)")

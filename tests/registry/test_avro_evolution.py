@@ -178,3 +178,46 @@ def test_a_misfit_stops_the_run_when_configured_and_nothing_is_committed(
     )
     partitions = [Partition(topic, p) for p in range(PARTITIONS)]
     assert set(group_offsets(cfg, partitions).values()) == {None}
+
+
+def test_a_new_field_named_like_a_kafka_column_is_incompatible(
+    schema_registry: SchemaRegistry,
+) -> None:
+    """A writer's new field ``offset`` would clash with ingest's own column: its records
+    are dead letters saying so (before: the batch failed on a duplicate column)."""
+    import pyarrow as pa
+
+    from ingest.registry import RegistrySettings
+    from spark_jobs.decode import DecodeSpec, decode
+    from spark_jobs.framed import FramedSpec
+
+    schema = {
+        "type": "record",
+        "name": "Clash",
+        "fields": [{"name": "id", "type": "long"}, {"name": "offset", "type": "long"}],
+    }
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    context = SerializationContext(unique_name("avro-clash"), MessageField.VALUE)
+    value = AvroSerializer(client, json.dumps(schema))({"id": 1, "offset": 7}, context)
+    framed = FramedSpec(
+        "avro",
+        RegistrySettings((schema_registry.url,)),
+        pa.schema([pa.field("id", pa.int64())]),
+        reserved=frozenset({"topic", "partition", "offset", "timestamp", "key", "value"}),
+    )
+    records = pa.table(
+        {
+            "topic": pa.array(["t"]),
+            "partition": pa.array([0], pa.int32()),
+            "offset": pa.array([5], pa.int64()),
+            "timestamp": pa.array([0], pa.timestamp("us", tz="UTC")),
+            "timestamp_type": pa.array([0], pa.int8()),
+            "key": pa.array([None], pa.binary()),
+            "value": pa.array([value], pa.binary()),
+            "headers": pa.array([[]], pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        }
+    )  # fmt: skip
+    decoded = decode(records, DecodeSpec("avro", framed=framed))
+    assert decoded.rows.num_rows == 0
+    [reason] = decoded.dead.column("error_message").to_pylist()
+    assert "new fields offset have the names of ingest's own columns" in reason
