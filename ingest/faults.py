@@ -3,7 +3,8 @@
 ``fault_point(name)`` is called at ``before_delta_commit`` (the batch's files are
 written, the table commit is next), ``after_overwrite_cut`` (an overwrite's cut files
 are rewritten without the replaced rows, its commit is next), ``after_delta_commit`` (the batch is durable in
-Delta, its offsets are not committed yet) and ``after_offset_commit`` (committed,
+Delta, its offsets are not committed yet), ``between_table_commits`` (a batch over
+several ``{topic}`` tables: one table committed, the next not yet) and ``after_offset_commit`` (committed,
 segments not yet released). With ``INGEST_FAULT_POINT=<name>:<n>`` in the
 environment the process SIGKILLs itself on the n-th pass; with
 ``<name>:<n>:stall=<seconds>`` that pass waits instead (a batch held in flight, for
@@ -25,6 +26,7 @@ FAULT_POINTS = (
     "before_delta_commit",
     "after_overwrite_cut",
     "after_delta_commit",
+    "between_table_commits",
     "after_offset_commit",
 )
 

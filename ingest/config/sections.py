@@ -162,7 +162,12 @@ class KeySection:
 class TableSection:
     """The Delta table the topics land in."""
 
-    uri: Str = Field(description="The Delta table's path or URI (file, s3://, ...).")
+    uri: Str = Field(
+        description="The Delta table's path or URI (file, s3://, ...). With {topic} in it "
+        '(e.g. "s3://lake/raw/{topic}"), each topic lands in a table of its own, created on '
+        "demand; a batch commits each of its tables in turn, and offsets move only once all "
+        "of them are durable."
+    )
     mode: Literal["append", "upsert"] = Field(
         default="append",
         description='"append": every record a row; "upsert": MERGE by merge_keys.',

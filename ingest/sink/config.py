@@ -15,7 +15,7 @@ go (by default a sibling table ``<uri>_dead_letters``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ingest.errors import ConfigError
@@ -28,6 +28,7 @@ __all__ = [
     "DELETE_COLUMN",
     "FIELD_FORMATS",
     "REGISTRY_FORMATS",
+    "TOPIC_PLACEHOLDER",
     "TableConfig",
 ]
 
@@ -42,6 +43,9 @@ Tombstones = Literal["delete", "ignore", "dead_letter", "keep"]
 TOMBSTONES = ("delete", "ignore", "dead_letter", "keep")
 # "debezium": each value is a Debezium change event (before/after/op), the schema its rows.
 Envelope = Literal["none", "debezium"]
+
+# In ``uri`` (and ``dead_letter_uri``): each topic lands in a table of its own, named by it.
+TOPIC_PLACEHOLDER = "{topic}"
 
 # The Kafka columns every batch starts with (``value`` is replaced by the JSON
 # fields in json format).
@@ -157,11 +161,37 @@ class TableConfig:
             object.__setattr__(self, "dead_letter_uri", self.uri.rstrip("/") + "_dead_letters")
         if self.dead_letter_uri == self.uri:
             raise ConfigError("must differ from the table uri", key="table.dead_letter_uri")
+        for key, uri in (("table.uri", self.uri), ("table.dead_letter_uri", self.dead_letters)):
+            if uri.replace(TOPIC_PLACEHOLDER, "").count("{") or uri.count("}") != uri.count(
+                TOPIC_PLACEHOLDER
+            ):
+                raise ConfigError(f"{uri!r}: the only placeholder is {TOPIC_PLACEHOLDER}", key=key)
+        if TOPIC_PLACEHOLDER in self.dead_letters and not self.per_topic:
+            raise ConfigError(
+                f"{TOPIC_PLACEHOLDER} in the dead-letter table needs it in table.uri too",
+                key="table.dead_letter_uri",
+            )
         options = self.dead_letter_storage_options
         object.__setattr__(
             self,
             "dead_letter_storage_options",
             dict(self.storage_options if options is None else options),
+        )
+
+    @property
+    def per_topic(self) -> bool:
+        """Whether each topic lands in a table of its own (``uri`` names ``{topic}``)."""
+        return TOPIC_PLACEHOLDER in self.uri
+
+    def for_topic(self, topic: str) -> TableConfig:
+        """The table ``topic`` lands in: ``{topic}`` filled in (the table itself when the
+        uri has no placeholder). Kafka's topic names ([a-zA-Z0-9._-]) need no escaping."""
+        if not self.per_topic:
+            return self
+        return replace(
+            self,
+            uri=self.uri.replace(TOPIC_PLACEHOLDER, topic),
+            dead_letter_uri=self.dead_letters.replace(TOPIC_PLACEHOLDER, topic),
         )
 
     @property

@@ -1,5 +1,10 @@
 """The batcher: when a batch is due (the triggers), and the batch thread that lands it
-through the Spark job. One batch runs at a time; its outcome is typed (``BatchThread``)."""
+through the Spark job. One batch runs at a time; its outcome is typed (``BatchThread``).
+
+With a ``{topic}`` table uri, a batch lands in each of its topics' tables in turn, one
+Delta commit per table (``merged``); a failure after some tables committed fails the
+batch, and its retry finds those tables' txn versions and lands only the rest. A table
+met for the first time is checked first (``on_new_table``)."""
 
 from __future__ import annotations
 
@@ -9,16 +14,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ingest.config import TriggerSection
+from ingest.faults import fault_point
 from ingest.group import Partition
 from ingest.handoff import HandoffStore
 from ingest.logs import event
 from ingest.sink.config import TableConfig
+from ingest.sink.land import BatchResult
 from ingest.supervisor.backpressure import GlobalBufferCap
-from ingest.supervisor.batches import BatchThread, select
+from ingest.supervisor.batches import BatchThread, Selection, select
 from ingest.supervisor.partitions import PartitionState
 from ingest.supervisor.sparksession import SparkProvider
 
-__all__ = ["Batcher", "jvm_exit_code", "owner_of"]
+__all__ = ["Batcher", "jvm_exit_code", "merged", "owner_of"]
 
 log = logging.getLogger("ingest.supervisor")
 
@@ -34,6 +41,7 @@ class Batcher:
         store: HandoffStore,
         cap: GlobalBufferCap,
         on_done: Callable[[], None] | None = None,
+        on_new_table: Callable[[str], None] | None = None,
     ) -> None:
         self.trigger = trigger
         self.on_done = on_done  # called on the batch's thread when it ends
@@ -46,6 +54,8 @@ class Batcher:
         self.failures = 0  # in a row
         self.next_at = 0.0  # after a failure: not before then
         self.flush = False  # land what is pending at the next chance
+        self.on_new_table = on_new_table  # with a {topic} uri: a topic's table, first met
+        self.topics_seen: set[str] = set()
 
     def due(self, states: Mapping[Partition, PartitionState], *, draining: bool) -> bool:
         """Whether a batch should start now: none runs, and something pending is due
@@ -84,17 +94,25 @@ class Batcher:
             max_records=max(int(trigger.max_records), 1),
         )
         self.flush = False
-        batch = Batch(
-            self.table,
-            selection.segments(),
-            selection.corrupt(),
-            segment_storage_options=self.store.config.storage_options,
-            overwrite=overwrite,
-        )
+        batches = [
+            Batch(
+                table,
+                part.segments(),
+                part.corrupt(),
+                segment_storage_options=self.store.config.storage_options,
+                overwrite=overwrite,
+            )
+            for table, part in self._by_table(selection)
+        ]
         spark = self.spark
 
         def work() -> Any:
-            return spark.land(batch)
+            results = []
+            for number, batch in enumerate(batches):
+                if number:
+                    fault_point("between_table_commits")
+                results.append(spark.land(batch))
+            return merged(results)
 
         self.count += 1
         incarnations = {p: states[p].incarnation for p in selection.items}
@@ -104,11 +122,56 @@ class Batcher:
             "batch_started",
             batch=self.count,
             partitions=len(selection.items),
-            segments=len(batch.segments),
-            corrupt=len(batch.corrupt),
+            tables=len(batches),
+            segments=sum(len(b.segments) for b in batches),
+            corrupt=sum(len(b.corrupt) for b in batches),
             records=selection.records,
             bytes=selection.bytes,
         )
+
+    def _by_table(self, selection: Selection) -> list[tuple[TableConfig, Selection]]:
+        """The selection split by the table each partition lands in (one part, the
+        table, without a ``{topic}`` uri)."""
+        if not self.table.per_topic:
+            return [(self.table, selection)]
+        topics = sorted({p.topic for p in selection.items})
+        for topic in topics:
+            if topic not in self.topics_seen:
+                if self.on_new_table is not None:
+                    self.on_new_table(topic)
+                self.topics_seen.add(topic)
+        return [
+            (
+                self.table.for_topic(topic),
+                Selection({p: i for p, i in selection.items.items() if p.topic == topic}),
+            )
+            for topic in topics
+        ]
+
+
+def merged(results: list[BatchResult]) -> BatchResult:
+    """One batch's outcome over its tables' landings (the last table's versions)."""
+    if len(results) == 1:
+        return results[0]
+    stages: dict[str, float] = {}
+    for result in results:
+        for stage, spent in result.stage_seconds.items():
+            stages[stage] = stages.get(stage, 0.0) + spent
+    paths = sorted({r.path for r in results} - {"none"}) or ["none"]
+    last = results[-1]
+    return BatchResult(
+        table_version=last.table_version,
+        dead_letter_version=last.dead_letter_version,
+        durable_offsets={p: o for r in results for p, o in r.durable_offsets.items()},
+        rows_written=sum(r.rows_written for r in results),
+        dead_letters=sum(r.dead_letters for r in results),
+        stage_seconds=stages,
+        path="+".join(paths),
+        files=sum(r.files for r in results),
+        attempts=max(r.attempts for r in results),
+        replaced_rows=sum(r.replaced_rows for r in results),
+        deleted_rows=sum(r.deleted_rows for r in results),
+    )
 
 
 def owner_of(

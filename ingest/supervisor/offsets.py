@@ -169,13 +169,20 @@ def committed_offsets(
 def txn_versions(
     table: TableConfig, partitions: Iterable[Partition]
 ) -> dict[Partition, int | None]:
-    """Per partition, the last offset durable in the table (None: none yet)."""
+    """Per partition, the last offset durable in its table (None: none yet); with a
+    ``{topic}`` uri, each topic's own table."""
     wanted = sorted(set(partitions))
-    apps = {p: app_id(table.uri, table.group, p.topic, p.partition) for p in wanted}
-    versions = DeltaTarget(TableLocation.of(table.uri, table.storage_options)).versions(
-        list(apps.values())
-    )
-    return {p: versions[apps[p]] for p in wanted}
+    found: dict[Partition, int | None] = {}
+    for topic in sorted({p.topic for p in wanted}):
+        target = table.for_topic(topic)
+        mine = [p for p in wanted if p.topic == topic] if table.per_topic else wanted
+        apps = {p: app_id(target.uri, target.group, p.topic, p.partition) for p in mine}
+        location = TableLocation.of(target.uri, target.storage_options)
+        versions = DeltaTarget(location).versions(list(apps.values()))
+        found.update({p: versions[apps[p]] for p in mine})
+        if not table.per_topic:
+            break
+    return found
 
 
 def start_offset(committed: int | None, durable: int | None) -> int | None:

@@ -140,7 +140,13 @@ class Engine:
         self.space = HandoffSpace(wanted, self.store, self.cap)
         self.wakeup = Wakeup()
         self.batcher = Batcher(
-            config.trigger, self.table, self.spark, self.store, self.cap, self.wakeup.set
+            config.trigger,
+            self.table,
+            self.spark,
+            self.store,
+            self.cap,
+            self.wakeup.set,
+            on_new_table=self._new_table,
         )
         self.rows_written = 0
         self.last_table_version: int | None = None
@@ -255,6 +261,13 @@ class Engine:
         if self.keeper is not None and not self.stopping:
             self.keeper.step(batch_running=self.batch is not None)
         self._publish_status()
+
+    def _new_table(self, topic: str) -> None:
+        """A ``{topic}`` table about to take its first batch of this run: refused as at
+        the start when it cannot be written (exit 2), then kept by upkeep."""
+        check_tables(self.config, topics=[topic])
+        if self.keeper is not None:
+            self.keeper.topics.add(topic)
 
     def _failed(self) -> dict[Partition, str]:
         return {p: s.failed for p, s in self.states.items() if s.failed}

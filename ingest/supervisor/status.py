@@ -106,12 +106,19 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
         marks = end_marks(cluster, partitions, settings)
         description = describe_group(cluster, group)
     durable = txn_versions(table, partitions)
-    last = _last_commit(table.uri, dict(table.storage_options))
-    landed_at = (
-        _partition_times(table.uri, dict(table.storage_options), group, partitions)
-        if last is not None
-        else dict.fromkeys(partitions)
-    )
+    # Each topic's own table with a {topic} uri; else one table for all.
+    tables = {p.topic: table.for_topic(p.topic) for p in partitions}
+    lasts: dict[str, dict[str, Any] | None] = {}
+    landed_at: dict[Partition, str | None] = {}
+    for target in {t.uri: t for t in tables.values()}.values():
+        options = dict(target.storage_options)
+        lasts[target.uri] = last = _last_commit(target.uri, options)
+        mine = [p for p in partitions if tables[p.topic].uri == target.uri]
+        landed_at.update(
+            _partition_times(target.uri, options, group, mine)
+            if last is not None
+            else dict.fromkeys(mine)
+        )
     rows = []
     for partition in partitions:
         resume = start_offset(committed[partition], durable[partition])
@@ -119,6 +126,7 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
         end = mark.last_stable_offset if settings.read_committed else mark.high_watermark
         rows.append(
             {
+                "table": tables[partition.topic].uri,
                 "topic": partition.topic,
                 "partition": partition.partition,
                 "committed": committed[partition],
@@ -151,7 +159,18 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
                 group, config.source.offsets_topic_partitions
             ),
         },
-        "table": {"uri": table.uri, "last_commit": last},
+        "table": {
+            "uri": table.uri,
+            "last_commit": lasts.get(table.uri),
+        },
+        "tables": [
+            {
+                "uri": uri,
+                "last_commit": lasts[uri],
+                "lag": sum(r["lag"] for r in rows if r["table"] == uri),
+            }
+            for uri in sorted(lasts)
+        ],
         "partitions": rows,
         "total_lag": sum(r["lag"] for r in rows),
         "lag_against": "last_stable_offset" if settings.read_committed else "high_watermark",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ingest.config import IngestConfig
@@ -36,22 +37,36 @@ __all__ = ["TableKeeper", "check_tables", "maintain_tables", "upkeep_fields"]
 log = logging.getLogger("ingest.supervisor")
 
 
-def _locations(config: IngestConfig) -> list[TableLocation]:
-    table = table_config(config)
-    return [
-        TableLocation.of(table.uri, table.storage_options),
-        TableLocation.of(table.dead_letters, table.dead_letter_options),
-    ]
+def _locations(config: IngestConfig, topics: Iterable[str] = ()) -> list[TableLocation]:
+    """The table and its dead-letter table; with a ``{topic}`` uri, those of ``topics``
+    (a shared dead-letter table once)."""
+    return [location for location, _ in _tables(config, topics)]
 
 
-def check_tables(config: IngestConfig, *, writing: bool = True) -> None:
+def _tables(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLocation, bool]]:
+    """(location, whether it is a data table, not a dead-letter one), each once."""
+    template = table_config(config)
+    chosen = sorted(set(topics))
+    tables = [template.for_topic(t) for t in chosen] if template.per_topic else [template]
+    found: dict[str, tuple[TableLocation, bool]] = {}
+    for table in tables:
+        location = TableLocation.of(table.uri, table.storage_options)
+        found.setdefault(location.uri, (location, True))
+    for table in tables:
+        location = TableLocation.of(table.dead_letters, table.dead_letter_options)
+        found.setdefault(location.uri, (location, False))
+    return list(found.values())
+
+
+def check_tables(config: IngestConfig, *, writing: bool = True, topics: Iterable[str] = ()) -> None:
     """Refuses a target table (or dead-letter table) whose txn entries expire, or one
     using a Delta feature ingest cannot honour (``ingest.sink.features``): for the
     writes of the table's mode (``writing``), and for compaction when upkeep compacts."""
     upkeep = config.maintenance
     compacting = upkeep.compact and (upkeep.enabled or not writing)
     mode = table_config(config).mode
-    for location, use in zip(_locations(config), (mode, "append"), strict=True):
+    for location, data in _tables(config, topics):
+        use = mode if data else "append"
         table = load_table(location)
         check_txn_retention(location, table)
         if writing:
@@ -60,11 +75,12 @@ def check_tables(config: IngestConfig, *, writing: bool = True) -> None:
             check_table(location.uri, table, "rewrite")
 
 
-def maintain_tables(config: IngestConfig) -> list[Upkeep]:
-    """One upkeep pass over the table and its dead-letter table."""
+def maintain_tables(config: IngestConfig, topics: Iterable[str] = ()) -> list[Upkeep]:
+    """One upkeep pass over the table and its dead-letter table (with a ``{topic}`` uri,
+    those of ``topics``)."""
     settings = upkeep_settings(config)
-    check_tables(config, writing=False)
-    return [maintain(location, settings) for location in _locations(config)]
+    check_tables(config, writing=False, topics=topics)
+    return [maintain(location, settings) for location in _locations(config, topics)]
 
 
 def upkeep_fields(upkeep: Upkeep) -> dict[str, Any]:
@@ -88,6 +104,7 @@ class TableKeeper:
 
     def __init__(self, config: IngestConfig) -> None:
         self.config = config
+        self.topics: set[str] = set()  # with a {topic} uri: the tables to keep
         self.interval = float(config.maintenance.interval)
         self.next_at = time.monotonic() + self.interval
         self.passes = 0
@@ -115,7 +132,7 @@ class TableKeeper:
 
     def _pass(self) -> None:
         try:
-            for upkeep in maintain_tables(self.config):
+            for upkeep in maintain_tables(self.config, sorted(self.topics)):
                 event(log, "upkeep_done", number=self.passes, **upkeep_fields(upkeep))
         except ConfigError as exc:
             self._error = exc
