@@ -83,6 +83,7 @@ class DecodeSpec:
     framed: FramedSpec | None = None  # the REGISTRY_FORMATS
     key_format: str = "binary"  # or "string", or a REGISTRY_FORMATS one (``key_framed``)
     key_framed: FramedSpec | None = None  # its schema: the one column KEY_DECODED
+    refuse: str | None = None  # every record a dead letter for this reason (no route)
 
     @property
     def key_type(self) -> pa.DataType:
@@ -223,6 +224,11 @@ def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime
     # (records, their value fields or None, which delete or None), then the refused.
     parts: list[tuple[pa.Table, pa.Table | None, pa.Array | None]] = []
     refused: list[tuple[pa.Table, list[str]]] = []
+    if spec.refuse is not None:
+        dead = dead_letters(
+            records, STAGE_DECODE, [spec.refuse] * records.num_rows, ingest_time=ingest_time
+        )
+        return Decoded(schema.empty_table(), dead)
     if spec.key_format != "binary":
         records, bad_keys = _decode_keys(records, spec)
         refused.append(bad_keys)
@@ -450,4 +456,5 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
         framed=framed,
         key_format=config.key_format,
         key_framed=key_framed,
+        refuse=config.refuse,
     )

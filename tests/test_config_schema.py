@@ -43,6 +43,12 @@ def test_config_schema_prints_the_schema(capsys: pytest.CaptureFixture[str]) -> 
     assert "path" not in printed["properties"] and "secrets" not in printed["properties"]
 
 
+def _table_ref(prop: dict[str, Any]) -> str | None:
+    """A table's $ref: a table, an optional one or an array of them ([[route]])."""
+    options = [prop, prop.get("items", {}), *prop.get("anyOf", ())]
+    return next((str(o["$ref"]) for o in options if "$ref" in o), None)
+
+
 def _keys(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every key of every table, by dotted name (tables included)."""
     found: dict[str, dict[str, Any]] = {}
@@ -50,8 +56,9 @@ def _keys(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     def walk(table: dict[str, Any], prefix: str) -> None:
         for name, prop in table["properties"].items():
             found[prefix + name] = prop
-            if "$ref" in prop:
-                walk(schema["$defs"][prop["$ref"].rsplit("/", 1)[1]], f"{prefix}{name}.")
+            ref = _table_ref(prop)
+            if ref is not None:
+                walk(schema["$defs"][ref.rsplit("/", 1)[1]], f"{prefix}{name}.")
 
     walk(schema, "")
     return found
@@ -153,10 +160,11 @@ def test_the_doc_names_every_key() -> None:
     doc = config_markdown()
     for dotted, prop in _keys(config_schema()).items():
         table, _, key = dotted.rpartition(".")
-        if "$ref" in prop:
-            assert f"## `[{dotted}]`" in doc
+        if _table_ref(prop) is not None:
+            assert f"## `[{dotted}]`" in doc or f"## `[[{dotted}]]`" in doc, dotted
         else:
-            section = doc.split(f"## `[{table}]`", 1)[1].split("\n## ", 1)[0]
+            header = f"## `[{table}]`" if f"## `[{table}]`" in doc else f"## `[[{table}]]`"
+            section = doc.split(header, 1)[1].split("\n## ", 1)[0]
             assert f"| `{key}` |" in section, dotted
 
 
@@ -173,7 +181,7 @@ def test_the_doc_names_every_key() -> None:
         (
             'path = "elsewhere"',
             "path: unknown key (known here: dead_letter, fetch, handoff, kafka, logging, "
-            "maintenance, metrics, schema_registry, source, spark, table, trigger, worker)",
+            "maintenance, metrics, route, schema_registry, source, spark, table, trigger, worker)",
         ),
         ("secrets = 1", "secrets: unknown key"),
         ("[spark.conf]\na = 1", "spark.conf.a: expected a string, got 1"),

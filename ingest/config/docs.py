@@ -49,7 +49,7 @@ def config_markdown() -> str:
         parts.append("| Key | Type | Default | Description |")
         parts.append("| --- | --- | --- | --- |")
         for name, prop in table["properties"].items():
-            if "$ref" in prop:
+            if _ref(prop) is not None:
                 continue  # a table of its own, below
             default = "required" if name in table.get("required", ()) else _default(prop)
             parts.append(f"| `{name}` | {_type(prop)} | {default} | {_cell(prop['description'])} |")
@@ -62,13 +62,27 @@ def _tables(
 ) -> Iterator[tuple[str, dict[str, Any], bool]]:
     """Every table of the file, depth first: its dotted name, its schema, whether required."""
     for name, prop in table["properties"].items():
-        if "$ref" not in prop:
+        ref = _ref(prop)
+        if ref is None:
             continue
-        inner = dict(schema["$defs"][prop["$ref"].rsplit("/", 1)[1]])
+        inner = dict(schema["$defs"][ref.rsplit("/", 1)[1]])
         inner.setdefault("description", prop.get("description", ""))
         here = f"{dotted}.{name}" if dotted else name
-        yield here, inner, name in table.get("required", ())
+        shown = f"[{here}]" if prop.get("type") == "array" else here  # [[route]]
+        yield shown, inner, name in table.get("required", ())
         yield from _tables(schema, inner, here)
+
+
+def _ref(prop: dict[str, Any]) -> str | None:
+    """The table a key holds: a table, an optional one, or an array of tables."""
+    if "$ref" in prop:
+        return str(prop["$ref"])
+    if prop.get("type") == "array" and "$ref" in prop.get("items", {}):
+        return str(prop["items"]["$ref"])
+    for option in prop.get("anyOf", ()):
+        if "$ref" in option:
+            return str(option["$ref"])
+    return None
 
 
 def _type(prop: dict[str, Any]) -> str:

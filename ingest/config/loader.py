@@ -192,6 +192,7 @@ def _check_consistency(config: IngestConfig) -> None:
             key="kafka.sasl",
         )
     _check_topics(config)
+    _check_routes(config)
     if config.source.heartbeat_interval >= config.source.session_timeout:
         raise ConfigError(
             "must be shorter than source.session_timeout",
@@ -261,6 +262,30 @@ def _check_topics(config: IngestConfig) -> None:
             path=path,
             key="source.topic_pattern",
         )
+
+
+def _check_routes(config: IngestConfig) -> None:
+    for index, route in enumerate(config.route):
+        key = f"route[{index}]"
+        try:
+            re.compile(route.topics)
+        except re.error as exc:
+            raise ConfigError(
+                f"not a regular expression: {exc}", path=config.path, key=f"{key}.topics"
+            ) from None
+        value = route.value
+        if value is not None and value.format in REGISTRY_FORMATS and not value.schema:
+            raise ConfigError(
+                f'format "{value.format}" in a route needs its columns: value.schema',
+                path=config.path,
+                key=f"{key}.value.schema",
+            )
+        if route.key is not None and route.key.format in REGISTRY_FORMATS:
+            raise ConfigError(
+                "a route cannot set a registry format for its keys (set it in [table.key])",
+                path=config.path,
+                key=f"{key}.key.format",
+            )
 
 
 def _check_registered(config: IngestConfig) -> None:

@@ -16,13 +16,25 @@ def render_config(config: IngestConfig) -> str:
     """The effective config as TOML, secrets masked (for ``--print-config``)."""
     lines: list[str] = []
     for section in dataclasses.fields(config):
-        if section.name in ("path", "secrets") or getattr(config, section.name) is None:
+        value = getattr(config, section.name)
+        if section.name in ("path", "secrets") or value is None:
             continue  # not keys, or an optional table left out
-        _render_table(section.name, getattr(config, section.name), config.secrets, lines)
+        if isinstance(value, list):  # an array of tables: [[route]]
+            for item in value:
+                _render_table(section.name, item, config.secrets, lines, array=True)
+            continue
+        _render_table(section.name, value, config.secrets, lines)
     return "\n".join(lines) + "\n"
 
 
-def _render_table(name: str, value: Any, secrets: Mapping[str, Secret], lines: list[str]) -> None:
+def _render_table(
+    name: str,
+    value: Any,
+    secrets: Mapping[str, Secret],
+    lines: list[str],
+    *,
+    array: bool = False,
+) -> None:
     scalars: list[str] = []
     nested: list[tuple[str, Any]] = []
     for spec in dataclasses.fields(value):
@@ -39,7 +51,7 @@ def _render_table(name: str, value: Any, secrets: Mapping[str, Secret], lines: l
             scalars.append(f"{spec.name} = {toml_value(item)}  # values: ***")
         else:
             scalars.append(f"{spec.name} = {toml_value(item)}")
-    lines.append(f"[{name}]")
+    lines.append(f"[[{name}]]" if array else f"[{name}]")
     lines.extend(scalars)
     lines.append("")
     for dotted, item in nested:

@@ -315,6 +315,28 @@ class MaintenanceSection:
 NOT_IN_FILE = frozenset({"path", "secrets"})
 
 
+@dataclass(frozen=True, config=SECTION)
+class RouteSection:
+    """One [[route]]: the topics a regular expression matches land in a table of their
+    own; the keys it leaves unset are [table]'s. The first route that matches a topic
+    takes it; with routes, a topic none matches is dead letters (its reason names it)."""
+
+    topics: Str = Field(
+        description='A regular expression a topic\'s whole name matches, e.g. "orders-.*".'
+    )
+    uri: DeltaUri | None = Field(
+        default=None, description="Its Delta table ({topic} allowed); default table.uri."
+    )
+    mode: Literal["append", "upsert"] | None = Field(default=None, description="table.mode.")
+    merge_keys: list[Str] | None = Field(default=None, description="table.merge_keys.")
+    tombstones: Literal["delete", "ignore", "dead_letter", "keep"] | None = Field(
+        default=None, description="table.tombstones."
+    )
+    partition_by: list[Str] | None = Field(default=None, description="table.partition_by.")
+    value: ValueSection | None = Field(default=None, description="[table.value].")
+    key: KeySection | None = Field(default=None, description="[table.key].")
+
+
 @dataclass(frozen=True, config=ConfigDict(extra="forbid", arbitrary_types_allowed=True))
 class IngestConfig:
     """The configuration of `ingest run | replay | status | maintain`: one TOML file."""
@@ -337,6 +359,11 @@ class IngestConfig:
     logging: LoggingSection = Field(default_factory=LoggingSection, description="[logging].")
     maintenance: MaintenanceSection = Field(
         default_factory=MaintenanceSection, description="[maintenance]."
+    )
+    route: list[RouteSection] = Field(
+        default_factory=list,
+        description="[[route]]: topics to tables by regular expression, each with its own "
+        "format, mode and partitioning (default: every topic to [table]).",
     )
     # Not keys of the file (NOT_IN_FILE): where it was read, and the secrets resolved from
     # the environment at load time, by dotted key.

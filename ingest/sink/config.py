@@ -14,6 +14,7 @@ go (by default a sibling table ``<uri>_dead_letters``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -29,6 +30,7 @@ __all__ = [
     "FIELD_FORMATS",
     "REGISTRY_FORMATS",
     "TOPIC_PLACEHOLDER",
+    "Router",
     "TableConfig",
 ]
 
@@ -106,6 +108,10 @@ class TableConfig:
     date_column: str | None = None
     dead_letter_uri: str | None = None
     dead_letter_storage_options: Mapping[str, str] | None = None
+    # [[route]]: which route the table is (its index; None without routes), and, for a
+    # topic no route matches, why its records are all dead letters.
+    route: int | None = None
+    refuse: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.uri, str) or not self.uri.strip():
@@ -220,6 +226,34 @@ class TableConfig:
             f"dead_letter_uri={self.dead_letter_uri!r}, "
             f"storage_options={_masked(self.storage_options)!r})"
         )
+
+
+@dataclass(frozen=True)
+class Router:
+    """Which table each topic lands in: the first of ``routes`` (a regular expression of
+    the whole topic name, the route's table) that matches, its ``{topic}`` filled in;
+    without routes, ``default``. With routes, a topic none matches lands nowhere: its
+    records are dead letters (``refuse``), its txn versions kept in ``default``."""
+
+    default: TableConfig
+    routes: tuple[tuple[str, TableConfig], ...] = ()
+
+    @property
+    def per_topic(self) -> bool:
+        return bool(self.routes) or self.default.per_topic
+
+    def for_topic(self, topic: str) -> TableConfig:
+        for pattern, table in self.routes:
+            if re.fullmatch(pattern, topic):
+                return table.for_topic(topic)
+        if self.routes:
+            why = f"no [[route]] matches topic {topic!r}"
+            return replace(self.default.for_topic(topic), refuse=why)
+        return self.default.for_topic(topic)
+
+    def tables(self) -> tuple[TableConfig, ...]:
+        """The default table and each route's (templates unfilled)."""
+        return (self.default, *(table for _, table in self.routes))
 
 
 def check_changes(mode: str, value_format: str, envelope: str, tombstones: object) -> None:

@@ -1,8 +1,8 @@
 """The batcher: when a batch is due (the triggers), and the batch thread that lands it
 through the Spark job. One batch runs at a time; its outcome is typed (``BatchThread``).
 
-With a ``{topic}`` table uri, a batch lands in each of its topics' tables in turn, one
-Delta commit per table (``merged``); a failure after some tables committed fails the
+With a ``{topic}`` table uri or [[route]]s (``Router``), a batch lands in each of its
+topics' tables in turn, one Delta commit per table (``merged``); a failure after some tables committed fails the
 batch, and its retry finds those tables' txn versions and lands only the rest. A table
 met for the first time is checked first (``on_new_table``)."""
 
@@ -18,7 +18,7 @@ from ingest.faults import fault_point
 from ingest.group import Partition
 from ingest.handoff import HandoffStore
 from ingest.logs import event
-from ingest.sink.config import TableConfig
+from ingest.sink.config import Router, TableConfig
 from ingest.sink.land import BatchResult
 from ingest.supervisor.backpressure import GlobalBufferCap
 from ingest.supervisor.batches import BatchThread, Selection, select
@@ -36,7 +36,7 @@ class Batcher:
     def __init__(
         self,
         trigger: TriggerSection,
-        table: TableConfig,
+        table: Router,
         spark: SparkProvider,
         store: HandoffStore,
         cap: GlobalBufferCap,
@@ -133,20 +133,20 @@ class Batcher:
         """The selection split by the table each partition lands in (one part, the
         table, without a ``{topic}`` uri)."""
         if not self.table.per_topic:
-            return [(self.table, selection)]
+            return [(self.table.default, selection)]
         topics = sorted({p.topic for p in selection.items})
         for topic in topics:
             if topic not in self.topics_seen:
                 if self.on_new_table is not None:
                     self.on_new_table(topic)
                 self.topics_seen.add(topic)
-        return [
-            (
-                self.table.for_topic(topic),
-                Selection({p: i for p, i in selection.items.items() if p.topic == topic}),
-            )
-            for topic in topics
-        ]
+        parts: dict[str, tuple[TableConfig, dict[Partition, Any]]] = {}
+        for topic in topics:
+            table = self.table.for_topic(topic)
+            key = f"{table.uri}\0{table.refuse}"  # topics of one table land together
+            items = parts.setdefault(key, (table, {}))[1]
+            items.update({p: i for p, i in selection.items.items() if p.topic == topic})
+        return [(table, Selection(items)) for table, items in parts.values()]
 
 
 def merged(results: list[BatchResult]) -> BatchResult:

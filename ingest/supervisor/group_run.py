@@ -160,7 +160,7 @@ class GroupSource:
             )
             # The table lacks offsets below the ends: a batch will come, so the JVM starts
             # now, overlapping the JoinGroup and the fetching.
-            durable = txn_versions(self.engine.table, partitions)
+            durable = txn_versions(self.engine.router, partitions)
             if any(end > (start_offset(None, durable[p]) or 0) for p, end in self.ends.items()):
                 self.engine.spark.warm()
         else:
@@ -243,7 +243,7 @@ class GroupSource:
             return
         fetched = self._fetch_committed(new)
         committed = {p: committed_value(fetched[p]) for p in new}
-        durable = txn_versions(self.engine.table, new)
+        durable = txn_versions(self.engine.router, new)
         missing = [p for p in new if self.until_end and p not in self.ends]
         if missing:
             assert self.engine.cluster is not None

@@ -35,7 +35,7 @@ from ingest.protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from ingest.sink.config import TableConfig
+from ingest.sink.config import Router, TableConfig
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
@@ -167,7 +167,7 @@ def committed_offsets(
 
 
 def txn_versions(
-    table: TableConfig, partitions: Iterable[Partition]
+    table: TableConfig | Router, partitions: Iterable[Partition]
 ) -> dict[Partition, int | None]:
     """Per partition, the last offset durable in its table (None: none yet); with a
     ``{topic}`` uri, each topic's own table."""

@@ -213,7 +213,7 @@ class ReplaySource:
             unknown = [c for c in self.chosen if not any(c == p or c == p.partition for p in every)]
             if unknown:
                 raise ConfigError(f"no such partitions: {unknown}", key="--partitions")
-        self.versions = txn_versions(self.engine.table, partitions)
+        self.versions = txn_versions(self.engine.router, partitions)
         latest = (
             end_offsets(self.engine.cluster, partitions, self.engine.fetch)
             if self.end_spec.kind == "latest"

@@ -76,7 +76,7 @@ from ingest.supervisor.settings import (
     handoff_config,
     latest_key_schema,
     latest_value_schema,
-    table_config,
+    table_router,
     wanted_space,
     worker_settings,
 )
@@ -119,11 +119,12 @@ class Engine:
         # Table upkeep between batches (``ingest run``; ``upkeep.py``).
         self.keeper = TableKeeper(config) if upkeep else None
         self.client = client_config(config)
-        self.table = table_config(
+        self.router = table_router(
             config,
             value_registered=latest_value_schema(config),
             key_registered=latest_key_schema(config),
         )
+        self.table = self.router.default
         self.fetch = fetch_settings(config)
         self.spark = SparkProvider(
             config.spark,
@@ -131,6 +132,7 @@ class Engine:
             transform=bool(config.table.transform),
             storage_options=config.table_storage_options(),
             table=self.table,
+            tables=self.router.tables(),
         )
         self.metrics = metrics or Metrics()
         self.states: dict[Partition, PartitionState] = {}
@@ -141,7 +143,7 @@ class Engine:
         self.wakeup = Wakeup()
         self.batcher = Batcher(
             config.trigger,
-            self.table,
+            self.router,
             self.spark,
             self.store,
             self.cap,

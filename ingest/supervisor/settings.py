@@ -5,6 +5,7 @@ its own typed settings and never reads the config."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ingest.client import ClientConfig
@@ -30,7 +31,7 @@ from ingest.registry import (
     client_for,
     subject_for,
 )
-from ingest.sink.config import TableConfig
+from ingest.sink.config import Router, TableConfig
 from ingest.sink.maintenance import UpkeepSettings
 from ingest.sink.storage import s3_filesystem_options
 from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
@@ -234,6 +235,67 @@ def table_config(
         transform_tables=dict(table.transform_tables),
         partition_by=tuple(table.partition_by),
         dead_letter_uri=config.dead_letter_uri(),
+    )
+
+
+def table_router(
+    config: IngestConfig,
+    *,
+    value_registered: RegisteredSchema | None = None,
+    key_registered: RegisteredSchema | None = None,
+) -> Router:
+    """Which table each topic lands in: [table], or with [[route]]s the first route that
+    matches it (the keys a route leaves unset are [table]'s; its dead letters go to
+    [dead_letter].uri when set, else beside its own table)."""
+    default = table_config(config, value_registered=value_registered, key_registered=key_registered)
+    routes = []
+    for index, route in enumerate(config.route):
+        value = route.value or config.table.value
+        key = route.key or config.table.key
+        uri = route.uri or config.table.uri
+        registered = value.format in REGISTRY_FORMATS or key.format in REGISTRY_FORMATS
+        try:
+            table = _route_table(default, config, index, uri, registered, value, key)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"[[route]] {index} ({route.topics!r}): {exc}", path=config.path, key="route"
+            ) from None
+        routes.append((route.topics, table))
+    return Router(default, tuple(routes))
+
+
+def _route_table(
+    default: TableConfig,
+    config: IngestConfig,
+    index: int,
+    uri: str,
+    registered: bool,
+    value: Any,
+    key: Any,
+) -> TableConfig:
+    route = config.route[index]
+    return replace(
+        default,
+        uri=uri,
+        dead_letter_uri=config.dead_letter.uri or (None if route.uri else default.dead_letter_uri),
+        mode=route.mode or config.table.mode,
+        merge_keys=tuple(
+            route.merge_keys if route.merge_keys is not None else config.table.merge_keys
+        ),
+        tombstones=route.tombstones or config.table.tombstones,
+        partition_by=tuple(
+            route.partition_by if route.partition_by is not None else config.table.partition_by
+        ),
+        value_format=value.format,
+        value_schema=value.schema,
+        value_envelope=value.envelope,
+        on_incompatible=value.on_incompatible,
+        value_registered=default.value_registered if route.value is None else None,
+        key_format=key.format,
+        key_record_name=key.record_name,
+        key_registered=default.key_registered if route.key is None else None,
+        registry=registry_settings(config) if registered else None,
+        route=index,
     )
 
 

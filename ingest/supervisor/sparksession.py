@@ -283,12 +283,13 @@ class SparkProvider:
         transform: bool = False,
         storage_options: dict[str, str] | None = None,
         table: TableConfig | None = None,
+        tables: tuple[TableConfig, ...] = (),
     ) -> None:
         self.section = section
         self.storage_options = dict(storage_options or {})
         self.local: LocalEngine | None = None
         if session is None and table is not None:
-            self.local = LocalEngine.choose(section, table)
+            self.local = LocalEngine.choose(section, table, tables)
         self.transform = transform  # batches will go through Spark SQL (the data source)
         self._session = session
         self._error: BaseException | None = None
@@ -405,11 +406,16 @@ class LocalEngine:
 
         self.tasks = LocalTasks(cores)
         self.spec = spec
+        # Per [[route]] (and per topic no route takes): the route's own decode spec.
+        self._specs: dict[tuple[int | None, str | None], Any] = {(None, None): spec}
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def choose(cls, section: SparkSection, table: TableConfig) -> LocalEngine | None:
-        """The local engine when ``[spark] engine`` and the table allow it."""
+    def choose(
+        cls, section: SparkSection, table: TableConfig, tables: tuple[TableConfig, ...] = ()
+    ) -> LocalEngine | None:
+        """The local engine when ``[spark] engine`` and the table (and every route's
+        table, ``tables``) allow it."""
         if section.engine == "spark":
             return None
         from ingest.processes import TASK_MODULES, preload_in_fork_server
@@ -417,6 +423,8 @@ class LocalEngine:
 
         cores = local_cores(section.master)
         spec = local_decode_spec(table)
+        if spec is not None and any(local_decode_spec(t) is None for t in tables):
+            spec = None
         if cores is not None and spec is not None:
             preload_in_fork_server(*TASK_MODULES)
             log.info("batches run on the local engine (%d task processes, no JVM)", cores)
@@ -455,11 +463,19 @@ class LocalEngine:
 
     def land(self, batch: Batch) -> BatchResult:
         from ingest.sink.land import land
-        from spark_jobs.local import LocalFiles
+        from spark_jobs.local import LocalFiles, local_decode_spec
 
         if self._thread is not None:
             self._thread.join()
-        return land(batch, LocalFiles(self.tasks, self.spec))
+        table = batch.table
+        key = (table.route, table.refuse)
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = local_decode_spec(table)
+            if spec is None:  # ``choose`` checked every route's table
+                raise ConfigError(f"{table.uri}: only Spark can decode this table's values")
+            self._specs[key] = spec
+        return land(batch, LocalFiles(self.tasks, spec))
 
     def stop(self) -> None:
         if self._thread is not None:

@@ -45,7 +45,7 @@ from ingest.supervisor.offsets import (
     topic_partitions,
     txn_versions,
 )
-from ingest.supervisor.settings import client_config, fetch_settings, table_config
+from ingest.supervisor.settings import client_config, fetch_settings, table_router
 from ingest.worker import FetchSettings
 
 __all__ = ["collect_lag", "collect_status", "print_table", "render_text"]
@@ -89,7 +89,7 @@ def _partition_times(
 def collect_status(config: IngestConfig) -> dict[str, Any]:
     """The report as plain data (``--json`` prints it as it is)."""
     group = config.source.group_id
-    table = table_config(config)
+    table = table_router(config)
     with Cluster(client_config(config)) as cluster:
         source = config.source
         topics = source.topics or [f"/{source.topic_pattern}/"]
@@ -160,8 +160,8 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
             ),
         },
         "table": {
-            "uri": table.uri,
-            "last_commit": lasts.get(table.uri),
+            "uri": table.default.uri,
+            "last_commit": lasts.get(table.default.uri),
         },
         "tables": [
             {

@@ -27,10 +27,11 @@ from typing import Any
 from ingest.config import IngestConfig
 from ingest.errors import ConfigError, IngestError
 from ingest.logs import event
+from ingest.sink.config import WriteMode
 from ingest.sink.features import check_table
 from ingest.sink.maintenance import Upkeep, check_txn_retention, load_table, maintain
 from ingest.sink.storage import TableLocation
-from ingest.supervisor.settings import table_config, upkeep_settings
+from ingest.supervisor.settings import table_router, upkeep_settings
 
 __all__ = ["TableKeeper", "check_tables", "maintain_tables", "upkeep_fields"]
 
@@ -45,9 +46,9 @@ def _locations(config: IngestConfig, topics: Iterable[str] = ()) -> list[TableLo
 
 def _tables(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLocation, bool]]:
     """(location, whether it is a data table, not a dead-letter one), each once."""
-    template = table_config(config)
+    router = table_router(config)
     chosen = sorted(set(topics))
-    tables = [template.for_topic(t) for t in chosen] if template.per_topic else [template]
+    tables = [router.for_topic(t) for t in chosen] if router.per_topic else [router.default]
     found: dict[str, tuple[TableLocation, bool]] = {}
     for table in tables:
         location = TableLocation.of(table.uri, table.storage_options)
@@ -58,15 +59,21 @@ def _tables(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLoca
     return list(found.values())
 
 
+def _modes(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLocation, WriteMode]]:
+    router = table_router(config)
+    tables = [router.for_topic(t) for t in set(topics)] if router.per_topic else [router.default]
+    return [(TableLocation.of(t.uri, t.storage_options), t.mode) for t in tables]
+
+
 def check_tables(config: IngestConfig, *, writing: bool = True, topics: Iterable[str] = ()) -> None:
     """Refuses a target table (or dead-letter table) whose txn entries expire, or one
     using a Delta feature ingest cannot honour (``ingest.sink.features``): for the
     writes of the table's mode (``writing``), and for compaction when upkeep compacts."""
     upkeep = config.maintenance
     compacting = upkeep.compact and (upkeep.enabled or not writing)
-    mode = table_config(config).mode
+    modes = {location.uri: mode for location, mode in _modes(config, topics)}
     for location, data in _tables(config, topics):
-        use = mode if data else "append"
+        use: WriteMode = modes.get(location.uri, "append") if data else "append"
         table = load_table(location)
         check_txn_retention(location, table)
         if writing:
