@@ -48,8 +48,9 @@ log = logging.getLogger("ingest.supervisor.metrics")
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 PARTITION = ("topic", "partition")
-# The stages ``ingest.sink.land`` times (``BatchResult.stage_seconds``).
-STAGES = ("plan", "spark", "dead_letters", "commit")
+# The stages ``ingest.sink.land`` times (``BatchResult.stage_seconds``); "total" is the
+# whole batch.
+STAGES = ("plan", "spark", "dead_letters", "commit", "total")
 # Batches take seconds to minutes: 50 ms .. 10 min.
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -79,7 +80,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "ingest_dead_letters_total": ("counter", "Rows committed to the dead-letter table.", ()),
     "ingest_batches_total": ("counter", "Spark batches, by outcome.", ("outcome",)),
     "ingest_batch_stage_seconds": (
-        "histogram", "Time per batch stage (plan, spark, dead_letters, commit).", ("stage",)),
+        "histogram", "Time per batch stage (plan, spark, dead_letters, commit; total: the "
+        "whole batch).", ("stage",)),
     "ingest_offset_commits_total": ("counter", "Kafka offset commits, by outcome.", ("outcome",)),
     "ingest_rebalances_total": ("counter", "Assignments received from the group.", ()),
     "ingest_partitions_lost_total": ("counter", "Partitions lost with the membership.", ()),

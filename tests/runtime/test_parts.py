@@ -185,7 +185,8 @@ def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
     ):
         assert baseline[(name, part)] == 0.0, name
     assert baseline[("ingest_batches_total", (("outcome", "ok"),))] == 0.0
-    assert baseline[("ingest_batch_stage_seconds_count", (("stage", "commit"),))] == 0.0
+    for stage in ("plan", "spark", "dead_letters", "commit", "total"):  # total: the batch
+        assert baseline[("ingest_batch_stage_seconds_count", (("stage", stage),))] == 0.0
     samples = _samples(text)
     assert samples[("ingest_records_consumed_total", part)] == 12
     assert samples[("ingest_batch_stage_seconds_sum", (("stage", "spark"),))] == 2
