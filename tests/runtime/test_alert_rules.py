@@ -379,3 +379,69 @@ def test_rules_and_dashboard_use_only_what_a_live_ingest_exports(
         check=False,
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_a_partition_that_moves_to_another_member_leaves_no_gauges_on_the_first(
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path
+) -> None:
+    """Its former owner stops reporting its lag and offsets (else IngestPartitionStalled and
+    the lag alerts would fire there on a lag that stopped moving); its counters stay."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce(
+        broker.bootstrap,
+        topic,
+        [ProducedRecord(b'{"id": %d}' % n, partition=n % 2) for n in range(100)],
+    )
+    path = write_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=group,
+        table=tmp_path / "table",
+        sections={"table.value": {"format": "json", "schema": "id BIGINT"}},
+    )
+    first_engine = group_run(config(path))
+    first = InProcess(first_engine)
+    second: InProcess | None = None
+    try:
+        wait_until(lambda: len(first.partitions()) == 2, 30, "the first to own both")
+        wait_until(
+            lambda: first_engine.metrics.value("ingest_rows_written_total") == 100, 30, "rows"
+        )
+        joined = second = InProcess(group_run(config(path)))
+        wait_until(
+            lambda: len(first.partitions()) == 1 and len(joined.partitions()) == 1,
+            30,
+            "one partition each",
+        )
+        (kept,) = first.partitions()
+        (moved,) = joined.partitions()
+
+        def first_reports() -> set[tuple[str, str]]:
+            text = first_engine.metrics.render()
+            return {
+                (sample.name, sample.labels["partition"])
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.labels.get("topic") == topic
+            }
+
+        wait_until(
+            lambda: ("ingest_partition_lag", str(moved)) not in first_reports(),
+            10,
+            "the first to drop the moved partition's lag",
+        )
+        reported = first_reports()
+        for name in (
+            "ingest_partition_lag",
+            "ingest_partition_end_offset",
+            "ingest_partition_committed_offset",
+            "ingest_partition_durable_offset",
+            "ingest_partition_failed",
+        ):
+            assert (name, str(kept)) in reported and (name, str(moved)) not in reported, name
+        assert ("ingest_records_consumed_total", str(moved)) in reported  # what it did
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
