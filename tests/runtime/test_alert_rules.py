@@ -11,7 +11,10 @@ the Grafana dashboard.
 - Every metric name the rules, their unit tests and the dashboard use is one a live
   ``ingest run`` exports: ingest runs against Apache Kafka with ``[metrics] listen``, its
   ``/metrics`` is scraped and parsed, and each selector's name, label matchers and grouping
-  labels are looked up in it (job, instance and group are the scrape target's labels).
+  labels are looked up in it (job, instance and group are the scrape target's labels);
+  promtool's ``check metrics`` lints that scrape.
+- A partition that moves to another member leaves no lag or offset gauges on its former
+  owner, where they would stop moving and fire the stall and lag alerts.
 """
 
 from __future__ import annotations
