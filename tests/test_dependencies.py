@@ -27,6 +27,7 @@ USED_AS = {
     "rich": r"^\s*(import|from) rich\b",
     "pydantic": r"^\s*(import|from) pydantic\b",
     "jsonschema": r"^\s*(import|from) jsonschema\b",
+    "pyyaml": r"^\s*import yaml\b",
     "pyte": r"^\s*(import|from) pyte\b",
     "pytest": r"^\s*(import|from) pytest\b",
     "pytest-timeout": r"^timeout = ",  # pyproject's [tool.pytest.ini_options]

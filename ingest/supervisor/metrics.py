@@ -5,8 +5,10 @@
 The main thread updates them by name. Every series labelled by partition starts at
 zero when the partition is assigned (``partition_assigned``), and the series of a
 fixed label set (batch outcomes, commit outcomes, batch stages) when the registry is
-made, so ``rate()`` and alerts have a baseline before the first batch. Batch stage
-times are histograms with buckets from 50 ms to 10 min.
+made, so ``rate()`` and alerts have a baseline before the first batch. A partition's
+gauges (``OWNED``: lag, offsets, failed) go once it is no longer owned
+(``retain_partitions``, at each status publication): a former owner never exports a lag
+that stopped moving. Batch stage times are histograms with buckets from 50 ms to 10 min.
 
 ``MetricsServer`` serves ``/metrics`` (``prometheus_client``'s WSGI app) and
 ``/status`` (JSON: the supervisor's view of each partition) on
@@ -40,7 +42,15 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from ingest.errors import ConfigError
 
-__all__ = ["METRICS", "STAGES", "STAGE_BUCKETS", "Metrics", "MetricsServer", "parse_listen"]
+__all__ = [
+    "METRICS",
+    "OWNED",
+    "STAGES",
+    "STAGE_BUCKETS",
+    "Metrics",
+    "MetricsServer",
+    "parse_listen",
+]
 
 log = logging.getLogger("ingest.supervisor.metrics")
 
@@ -48,8 +58,9 @@ log = logging.getLogger("ingest.supervisor.metrics")
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 PARTITION = ("topic", "partition")
-# The stages ``ingest.sink.land`` times (``BatchResult.stage_seconds``).
-STAGES = ("plan", "spark", "dead_letters", "commit")
+# The stages ``ingest.sink.land`` times (``BatchResult.stage_seconds``); "total" is the
+# whole batch.
+STAGES = ("plan", "spark", "dead_letters", "commit", "total")
 # Batches take seconds to minutes: 50 ms .. 10 min.
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -79,7 +90,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "ingest_dead_letters_total": ("counter", "Rows committed to the dead-letter table.", ()),
     "ingest_batches_total": ("counter", "Spark batches, by outcome.", ("outcome",)),
     "ingest_batch_stage_seconds": (
-        "histogram", "Time per batch stage (plan, spark, dead_letters, commit).", ("stage",)),
+        "histogram", "Time per batch stage (plan, spark, dead_letters, commit; total: the "
+        "whole batch).", ("stage",)),
     "ingest_offset_commits_total": ("counter", "Kafka offset commits, by outcome.", ("outcome",)),
     "ingest_rebalances_total": ("counter", "Assignments received from the group.", ()),
     "ingest_partitions_lost_total": ("counter", "Partitions lost with the membership.", ()),
@@ -89,6 +101,16 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "ingest_group_requests_total": (
         "counter", "Requests sent to the group coordinator, per API.", ("api",)),
 }  # fmt: skip
+
+# A partition's state, which only its owner reports: dropped once it is no longer owned
+# (revoked, lost), so a former owner never keeps exporting a lag that stopped moving.
+OWNED = (
+    "ingest_partition_lag",
+    "ingest_partition_end_offset",
+    "ingest_partition_committed_offset",
+    "ingest_partition_durable_offset",
+    "ingest_partition_failed",
+)
 
 # Fixed label sets, exported at zero from the start.
 _BASELINE: dict[str, Iterable[str]] = {
@@ -105,6 +127,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         self._families: dict[str, Any] = {}
+        self._owned: set[tuple[str, str]] = set()  # (topic, partition) with OWNED series
+        self._owned_lock = threading.Lock()  # the main thread and the scrape's collector
         for name, (kind, text, labels) in METRICS.items():
             options: dict[str, Any] = {"buckets": STAGE_BUCKETS} if kind == "histogram" else {}
             self._families[name] = _KINDS[kind](
@@ -120,15 +144,33 @@ class Metrics:
 
     def partition_assigned(self, topic: str, partition: int) -> None:
         """Every series of the partition, at zero where it has no value yet."""
-        for name, (_kind, _text, labels) in METRICS.items():
-            if labels == PARTITION:
-                self._families[name].labels(topic=topic, partition=str(partition))
+        with self._owned_lock:
+            self._owned.add((topic, str(partition)))
+            for name, (_kind, _text, labels) in METRICS.items():
+                if labels == PARTITION:
+                    self._families[name].labels(topic=topic, partition=str(partition))
+
+    def retain_partitions(self, owned: Iterable[tuple[str, int]]) -> None:
+        """Drops the ``OWNED`` series of every partition not in ``owned`` (revoked or lost
+        since); its counters stay, they count what this process did."""
+        keep = {(topic, str(partition)) for topic, partition in owned}
+        with self._owned_lock:
+            for topic, partition in self._owned - keep:
+                for name in OWNED:
+                    with contextlib.suppress(KeyError):  # a series never made
+                        self._families[name].remove(topic, partition)
+            self._owned &= keep
 
     def inc(self, name: str, amount: float = 1.0, **labels: object) -> None:
         self._series(name, labels).inc(amount)
 
     def set(self, name: str, value: float, **labels: object) -> None:
-        self._series(name, labels).set(value)
+        if name not in OWNED:
+            self._series(name, labels).set(value)
+            return
+        with self._owned_lock:
+            self._owned.add((str(labels["topic"]), str(labels["partition"])))
+            self._series(name, labels).set(value)
 
     def advance_to(self, name: str, total: float, **labels: object) -> None:
         """A counter kept elsewhere (the membership's request counts): raised to ``total``."""

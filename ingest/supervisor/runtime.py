@@ -510,6 +510,7 @@ class Engine:
             if state.durable is not None:
                 self.metrics.set("ingest_partition_durable_offset", state.durable, **labels)
             partitions.append(state.row())
+        self.metrics.retain_partitions((p.topic, p.partition) for p in self.states)
         self.metrics.set("ingest_partitions_assigned", len(self.states))
         self.metrics.set("ingest_buffered_bytes", self.cap.held_bytes)
         self._status = {

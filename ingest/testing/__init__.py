@@ -1,5 +1,6 @@
 """Real servers for tests: Apache Kafka (one node or three), the Tansu broker, a SeaweedFS
-S3 store, a schema registry (Apicurio, Confluent's API), and Kafka helpers.
+S3 store, a schema registry (Apicurio, Confluent's API), and Kafka helpers; programs out of
+Debian packages (``debian_tool``, e.g. Prometheus' ``promtool``) fetched into the cache.
 
 Users can run their own pipelines against the same servers::
 
@@ -12,6 +13,7 @@ Users can run their own pipelines against the same servers::
 """
 
 from ingest.testing.apache_kafka import KAFKA_VERSION, KafkaCluster, message_definition
+from ingest.testing.debian import debian_tool
 from ingest.testing.kafka import (
     CODECS,
     ConsumedRecord,
@@ -46,6 +48,7 @@ __all__ = [
     "Verdict",
     "api_versions_answered",
     "create_topic",
+    "debian_tool",
     "delete_topic",
     "message_definition",
     "produce",

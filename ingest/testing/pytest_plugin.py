@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from ingest.errors import DependencyError
 from ingest.testing._process import live_processes, stop_all
 from ingest.testing.apache_kafka import KafkaCluster
+from ingest.testing.debian import debian_tool
 from ingest.testing.kafka import unique_name
 from ingest.testing.registry import SchemaRegistry, registry_java
 from ingest.testing.s3 import S3Server
@@ -77,6 +79,16 @@ def schema_registry(pytestconfig: pytest.Config) -> Iterator[SchemaRegistry]:
     _register(pytestconfig, server)
     yield server
     server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Prometheus' ``promtool`` (Debian's ``prometheus`` package, fetched once into the
+    cache by ``debian_tool``); skips naming the reason when it cannot be had."""
+    try:
+        return debian_tool("prometheus", "promtool")
+    except DependencyError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
