@@ -8,15 +8,22 @@ by the harness), then decoded by:
 * ingest's ``spark_jobs.avro.decode_avro`` (polars' reader over an in-memory object
   container, sizes checked back), in windows of 65,536 values as the decoder runs them;
 * fastavro a record at a time (``schemaless_reader``) into ``pa.Table.from_pylist`` with
-  the same columns: what a Python consumer does without a vectorized route.
+  the same columns: what a Python consumer does without a vectorized route;
+* Spark's ``from_avro`` (``spark-avro_2.13`` at the installed pyspark's version, resolved
+  by ``ingest.jars`` into the shared cache) in one ``local[2]`` session, as a Structured
+  Streaming job decodes a Kafka ``value`` column: the 5-byte Confluent header cut with
+  ``substring(value, 6)``, the writer's schema JSON given, the struct's fields as columns,
+  evaluated in full by a ``noop`` write. The values are already in Spark (a cached
+  DataFrame of one partition per 65,536 values, counted once before timing).
 
-The registry's answer is cached before timing (both sides fetch the schema once).
-Structured Streaming's ``from_avro`` is not compared yet (its spark-avro jar and a
-Confluent-header strip in SQL are the next step).
+The registry's answer is cached before timing (ingest and fastavro fetch the schema once;
+``from_avro`` is handed it). Ingest and fastavro decode in this one Python process; Spark
+runs its tasks on both cores.
 
     .venv/bin/python scripts/bench/avro_decode.py [--records 1000000] [--repeat 3]
 
-The last line is ``RESULT records_per_s=<ingest> vs_fastavro=<ratio>``.
+The last line is ``RESULT records_per_s=<ingest> vs_fastavro=<ratio> vs_from_avro=<ratio>``
+(each ratio: the peer's seconds / ingest's).
 """
 
 from __future__ import annotations
@@ -115,6 +122,57 @@ def fastavro_decode(values: list[bytes], schema: pa.Schema) -> int:
     return rows
 
 
+def spark_session() -> Any:
+    """One local[2] session with spark-avro on its class path (no Delta: nothing is
+    written), the jar from the shared cache."""
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from ingest.spark_env import beside_spark
+
+    jars = beside_spark([f"org.apache.spark:spark-avro_2.13:{pyspark.__version__}"])
+    classpath = ":".join(str(jar) for jar in jars)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-from-avro")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraClassPath", classpath)
+        .config("spark.executor.extraClassPath", classpath)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def from_avro_seconds(array: pa.Array, repeat: int) -> float:
+    """Best of ``repeat`` runs of Spark's from_avro over the values, cached in Spark."""
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.functions import expr
+
+    spark = spark_session()
+    try:
+        values = (
+            spark.createDataFrame(pa.table({"value": array}))
+            .repartition(max(2, -(-len(array) // WINDOW)))
+            .cache()
+        )
+        assert values.count() == len(array)
+        decoded = values.select(
+            from_avro(expr("substring(value, 6)"), json.dumps(SCHEMA)).alias("v")
+        ).select("v.*")
+        assert decoded.columns == [field["name"] for field in SCHEMA["fields"]]
+        seconds, _ = best(repeat, lambda: decoded.write.format("noop").mode("overwrite").save())
+        sample = decoded.limit(1).collect()[0].asDict(recursive=True)
+        assert sample["amount"] is not None and sample["device"]["build"] >= 1000, sample
+        values.unpersist()
+        return seconds
+    finally:
+        spark.stop()
+
+
 def best(repeat: int, run: Any) -> tuple[float, int]:
     times, rows = [], 0
     for _ in range(repeat):
@@ -145,9 +203,14 @@ def main() -> None:
         assert rows == args.records
         theirs, rows = best(args.repeat, lambda: fastavro_decode(values, spec.schema))
         assert rows == args.records
+    sparks = from_avro_seconds(array, args.repeat)
     print(f"ingest decode_avro      {ours:7.2f}s  {args.records / ours:12,.0f} records/s")
     print(f"fastavro + from_pylist  {theirs:7.2f}s  {args.records / theirs:12,.0f} records/s")
-    print(f"RESULT records_per_s={args.records / ours:.0f} vs_fastavro={theirs / ours:.2f}")
+    print(f"Spark from_avro         {sparks:7.2f}s  {args.records / sparks:12,.0f} records/s")
+    print(
+        f"RESULT records_per_s={args.records / ours:.0f} vs_fastavro={theirs / ours:.2f} "
+        f"vs_from_avro={sparks / ours:.2f}"
+    )
 
 
 if __name__ == "__main__":
