@@ -5,18 +5,26 @@ timestamp, an array, an enum and a nullable string (~200 bytes each), serialized
 confluent-kafka's ``AvroSerializer`` through a real schema registry (Apicurio, started
 by the harness), then decoded by:
 
-* ingest's ``spark_jobs.avro.decode_avro`` (polars' reader over an in-memory object
+* ingest's ``spark_jobs.framed.decode_framed`` (format "avro": polars' reader over an in-memory object
   container, sizes checked back), in windows of 65,536 values as the decoder runs them;
 * fastavro a record at a time (``schemaless_reader``) into ``pa.Table.from_pylist`` with
-  the same columns: what a Python consumer does without a vectorized route.
+  the same columns: what a Python consumer does without a vectorized route;
+* Spark's ``from_avro`` (``spark-avro_2.13`` at the installed pyspark's version, resolved
+  by ``ingest.jars`` into the shared cache) in one ``local[2]`` session, as a Structured
+  Streaming job decodes a Kafka ``value`` column: the 5-byte Confluent header cut with
+  ``substring(value, 6)``, the writer's schema JSON given, the struct's fields as columns,
+  evaluated in full by a ``noop`` write. The values are already in Spark (a cached
+  DataFrame of one partition per 65,536 values, counted once before timing).
 
-The registry's answer is cached before timing (both sides fetch the schema once).
-Structured Streaming's ``from_avro`` is not compared yet (its spark-avro jar and a
-Confluent-header strip in SQL are the next step).
+The registry's answer is cached before timing (ingest and fastavro fetch the schema once;
+``from_avro`` is handed it). Ingest and fastavro decode in this one Python process; Spark
+runs its tasks on both cores. Each line also gives the CPU seconds of the fastest run: this
+process's threads, plus the Spark JVM's (from ``/proc``) for ``from_avro``.
 
     .venv/bin/python scripts/bench/avro_decode.py [--records 1000000] [--repeat 3]
 
-The last line is ``RESULT records_per_s=<ingest> vs_fastavro=<ratio>``.
+The last line is ``RESULT records_per_s=<ingest> vs_fastavro=<ratio> vs_from_avro=<ratio>``
+(each ratio: the peer's seconds / ingest's).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,10 +44,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ingest.registry import RegistrySettings
+from ingest.registry import RegisteredSchema, RegistrySettings, client_for
 from ingest.testing import SchemaRegistry
-from spark_jobs.avro import AvroSpec, decode_avro
-from spark_jobs.avro_schema import value_schema
+from spark_jobs.framed import FramedSpec, decode_framed, format_of
 
 WINDOW = 65_536
 SCHEMA: dict[str, Any] = {
@@ -92,10 +100,10 @@ def serialized(url: str, count: int) -> list[bytes]:
     return [serializer(event(n), context) for n in range(count)]
 
 
-def ingest_decode(values: pa.Array, spec: AvroSpec) -> int:
+def ingest_decode(values: pa.Array, spec: FramedSpec) -> int:
     rows = 0
     for start in range(0, len(values), WINDOW):
-        fields, _good, errors = decode_avro(values.slice(start, WINDOW), spec)
+        fields, _good, errors = decode_framed(values.slice(start, WINDOW), spec)
         assert not errors, errors[:3]
         rows += fields.num_rows
     return rows
@@ -115,13 +123,78 @@ def fastavro_decode(values: list[bytes], schema: pa.Schema) -> int:
     return rows
 
 
-def best(repeat: int, run: Any) -> tuple[float, int]:
-    times, rows = [], 0
+def spark_session() -> Any:
+    """One local[2] session with spark-avro on its class path (no Delta: nothing is
+    written), the jar from the shared cache."""
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from ingest.spark_env import beside_spark
+
+    jars = beside_spark([f"org.apache.spark:spark-avro_2.13:{pyspark.__version__}"])
+    classpath = ":".join(str(jar) for jar in jars)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-from-avro")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraClassPath", classpath)
+        .config("spark.executor.extraClassPath", classpath)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def from_avro_seconds(array: pa.Array, repeat: int) -> tuple[float, float]:
+    """Best of ``repeat`` runs of Spark's from_avro over the values, cached in Spark: wall
+    and CPU seconds (the JVM's and this process's)."""
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.functions import expr
+
+    spark = spark_session()
+    try:
+        values = (
+            spark.createDataFrame(pa.table({"value": array}))
+            .repartition(max(2, -(-len(array) // WINDOW)))
+            .cache()
+        )
+        assert values.count() == len(array)
+        decoded = values.select(
+            from_avro(expr("substring(value, 6)"), json.dumps(SCHEMA)).alias("v")
+        ).select("v.*")
+        assert decoded.columns == [field["name"] for field in SCHEMA["fields"]]
+        jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        seconds, cpu, _ = best(
+            repeat,
+            lambda: decoded.write.format("noop").mode("overwrite").save(),
+            lambda: process_cpu(jvm) + time.process_time(),
+        )
+        sample = decoded.limit(1).collect()[0].asDict(recursive=True)
+        assert sample["amount"] is not None and sample["device"]["build"] >= 1000, sample
+        values.unpersist()
+        return seconds, cpu
+    finally:
+        spark.stop()
+
+
+def best(repeat: int, run: Any, cpu: Any = time.process_time) -> tuple[float, float, Any]:
+    """The fastest of ``repeat`` runs: its wall seconds, the CPU seconds ``cpu()`` counted
+    over it (every thread of the process), and what it returned."""
+    runs = []
     for _ in range(repeat):
-        began = time.perf_counter()
-        rows = run()
-        times.append(time.perf_counter() - began)
-    return min(times), rows
+        began, used = time.perf_counter(), cpu()
+        out = run()
+        runs.append((time.perf_counter() - began, cpu() - used, out))
+    return min(runs, key=lambda entry: entry[0])
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of another process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -139,15 +212,31 @@ def main() -> None:
             flush=True,
         )
         array = pa.array(values, pa.binary())
-        spec = AvroSpec(RegistrySettings((registry.url,)), value_schema(json.dumps(SCHEMA)))
-        decode_avro(array.slice(0, 10), spec)  # the schema, fetched and cached
-        ours, rows = best(args.repeat, lambda: ingest_decode(array, spec))
+        settings = RegistrySettings((registry.url,))
+        writer = RegisteredSchema(schema_id=-1, schema_type="AVRO", text=json.dumps(SCHEMA))
+        struct = format_of("avro").columns(writer, client_for(settings), None)
+        assert isinstance(struct, pa.StructType)
+        columns = pa.schema([struct.field(i).with_nullable(True) for i in range(struct.num_fields)])
+        spec = FramedSpec("avro", settings, columns)
+        decode_framed(array.slice(0, 10), spec)  # the schema, fetched and cached
+        ours, ours_cpu, rows = best(args.repeat, lambda: ingest_decode(array, spec))
         assert rows == args.records
-        theirs, rows = best(args.repeat, lambda: fastavro_decode(values, spec.schema))
+        theirs, theirs_cpu, rows = best(args.repeat, lambda: fastavro_decode(values, spec.schema))
         assert rows == args.records
-    print(f"ingest decode_avro      {ours:7.2f}s  {args.records / ours:12,.0f} records/s")
-    print(f"fastavro + from_pylist  {theirs:7.2f}s  {args.records / theirs:12,.0f} records/s")
-    print(f"RESULT records_per_s={args.records / ours:.0f} vs_fastavro={theirs / ours:.2f}")
+    sparks, sparks_cpu = from_avro_seconds(array, args.repeat)
+    for name, seconds, cpu in (
+        ("ingest decode_framed", ours, ours_cpu),
+        ("fastavro + from_pylist", theirs, theirs_cpu),
+        ("Spark from_avro", sparks, sparks_cpu),
+    ):
+        print(
+            f"{name:22}  {seconds:7.2f}s  {args.records / seconds:12,.0f} records/s  "
+            f"CPU {cpu:6.2f}s"
+        )
+    print(
+        f"RESULT records_per_s={args.records / ours:.0f} vs_fastavro={theirs / ours:.2f} "
+        f"vs_from_avro={sparks / ours:.2f}"
+    )
 
 
 if __name__ == "__main__":
