@@ -19,7 +19,8 @@ worker process per partition, on one Apache Kafka node of the harness.
    the honest figure with a fork server), open fds, threads, CPU % (user + system ticks over
    the window, 100 % = one core) of the tree and of the broker; rows/s landed (the log's
    ``batch_committed`` rows after the window's first commit, over the time from it to the
-   last) against rows/s produced.
+   last) against rows/s produced, and the records produced but not in the table (add
+   actions' ``num_records``) at the window's start and end: whether it keeps up.
 4. A new matching topic (P partitions) is created and one record produced to it; the time
    from the start of its creation until a row of it is in the Delta table (this process
    reads each new data file's ``topic`` column), with when the supervisor logged its
@@ -417,6 +418,16 @@ class TopicWatcher:
         return topics
 
 
+def table_rows(uri: Path) -> int:
+    """Rows in the table, from its add actions' statistics (no data file read)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    actions = pa.table(DeltaTable(str(uri)).get_add_actions(flatten=True))
+    return int(pc.sum(actions.column("num_records")).as_py() or 0)
+
+
 # -- the run ----------------------------------------------------------------------------------
 
 
@@ -482,6 +493,7 @@ class Run:
             args.idle_records,
         )
         self.figures["create_s"] = created
+        self.seeded = seeded
         print(
             f"# {args.topics} topics x {args.partitions} partitions created in {created:.1f}s; "
             f"{seeded} records seeded",
@@ -565,6 +577,7 @@ class Run:
         brokers: list[Sample] = []
         began_wall = time.time()
         sent_before = producer.sent
+        behind_start = self.seeded + producer.sent - table_rows(self.table)
         end = time.monotonic() + self.args.window
         while True:
             self.check_alive(guard)
@@ -576,6 +589,7 @@ class Run:
             time.sleep(self.args.sample)
         ended_wall = time.time()
         sent = producer.sent - sent_before
+        behind_end = self.seeded + producer.sent - table_rows(self.table)
         self.log.read()
         # Rows landed per second: the batches committed in the window after its first one,
         # over the time from that first commit to the last (whole batches, no edge effect).
@@ -627,6 +641,8 @@ class Run:
             produced_per_s=sent / seconds,
             rows_per_s=landed_rate,
             batches=len(commits),
+            behind_start=behind_start,
+            behind_end=behind_end,
             window_s=seconds,
             broker_cpu=cpu_percent(brokers[0], brokers[-1]),
             broker_rss=b_last.rss if b_last else 0,
@@ -765,6 +781,12 @@ def report(figures: dict[str, Any], aborted: str | None) -> None:
             if "rows_per_s" in f
             else "?",
         ),
+        (
+            "produced, not in the table",
+            f"{f['behind_start']:,} at the window's start, {f['behind_end']:,} at its end"
+            if "behind_end" in f
+            else "?",
+        ),
         ("new topic: produced", _s(f.get("new_topic_produced_s"))),
         ("new topic: assigned (log)", _s(f.get("new_topic_assigned_s"))),
         ("new topic: worker started", _s(f.get("new_topic_worker_s"))),
@@ -803,7 +825,7 @@ def main() -> None:
     parser.add_argument("--idle-records", type=int, default=5, help="per partition at start")
     parser.add_argument("--trigger", type=float, default=5.0, help="trigger.max_age, s")
     parser.add_argument("--settle", type=float, default=15.0, help="s after all are up")
-    parser.add_argument("--window", type=float, default=40.0, help="s of samples")
+    parser.add_argument("--window", type=float, default=60.0, help="s of samples")
     parser.add_argument("--sample", type=float, default=4.0, help="s between samples")
     parser.add_argument("--nofile", type=int, help="the supervisor's soft RLIMIT_NOFILE")
     parser.add_argument("--min-free-gib", type=float, default=4.0)
