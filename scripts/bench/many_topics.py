@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -428,6 +429,16 @@ def table_rows(uri: Path) -> int:
     return int(pc.sum(actions.column("num_records")).as_py() or 0)
 
 
+def table_rows_or_none(uri: Path) -> int | None:
+    """``table_rows``, or None while the table has no commit yet."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return table_rows(uri)
+    except TableNotFoundError:
+        return None
+
+
 # -- the run ----------------------------------------------------------------------------------
 
 
@@ -569,8 +580,15 @@ class Run:
         root = self.process.pid
         broker = self.kafka.pid
         assert broker is not None
+        # Settled: --settle seconds passed and the first batch made the table.
         end = time.monotonic() + self.args.settle
-        while time.monotonic() < end:
+        deadline = end + self.args.up_timeout
+        while time.monotonic() < end or not (self.table / "_delta_log").is_dir():
+            self.check_alive(guard)
+            if time.monotonic() > deadline:
+                raise Aborted(f"no table after {self.args.up_timeout:g}s")
+            time.sleep(0.5)
+        while table_rows_or_none(self.table) is None:
             self.check_alive(guard)
             time.sleep(0.5)
         samples: list[Sample] = []
@@ -874,6 +892,9 @@ def main() -> None:
             except Aborted as exc:
                 aborted = str(exc)
                 print(f"# ABORTED: {aborted}", flush=True)
+            except Exception as exc:  # the bench's own failure: reported, the tree stopped
+                traceback.print_exc()
+                aborted = f"{type(exc).__name__}: {exc}"
             finally:
                 if producer is not None:
                     producer.stop()
