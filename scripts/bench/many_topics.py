@@ -3,8 +3,8 @@ worker process per partition, on one Apache Kafka node of the harness.
 
 1. ``KafkaCluster(1)``; N topics named ``<prefix>.tNNNN`` with P partitions each; every
    partition gets ``--idle-records`` JSON records (100 B, as the other benches'); the first
-   ``--busy`` topics then get a steady ``--rate`` records/s in all (a producer thread in this
-   process, round robin over their partitions), the rest stay idle.
+   ``--busy`` topics get a steady ``--rate`` records/s in all (a producer thread in this
+   process, round robin over their partitions, from step 3 on), the rest stay idle.
 2. One supervisor: ``python -m ingest.cli run -c <generated>.toml`` (continuous), a
    subprocess so that its process tree can be measured alone: ``[source] topic_pattern`` =
    the prefix, ``metadata_refresh = 5s``, ``[spark] engine = "local"`` (no JVM), a local
@@ -17,10 +17,12 @@ worker process per partition, on one Apache Kafka node of the harness.
    seconds of samples from /proc every ``--sample`` seconds: processes per kind, the sum of
    VmRSS and of Pss (``/proc/<pid>/smaps_rollup``: shared pages split between their users,
    the honest figure with a fork server), open fds, threads, CPU % (user + system ticks over
-   the window, 100 % = one core) of the tree and of the broker; rows/s landed (the log's
-   ``batch_committed`` rows after the window's first commit, over the time from it to the
-   last) against rows/s produced, and the records produced but not in the table (add
-   actions' ``num_records``) at the window's start and end: whether it keeps up.
+   the window, 100 % = one core) of the tree and of the broker; rows/s landed (the
+   table's rows, from its add actions' ``num_records``, at the window's end less at its
+   start, over the window) against rows/s produced, and the records produced but not in the
+   table at the window's start and end: whether it keeps up. The steady producer starts
+   once every worker is up (no backlog from the start), and the window once ``--settle``
+   seconds passed and the first batch made the table.
 4. A new matching topic (P partitions) is created and one record produced to it; the time
    from the start of its creation until a row of it is in the Delta table (this process
    reads each new data file's ``topic`` column), with when the supervisor logged its
@@ -595,7 +597,8 @@ class Run:
         brokers: list[Sample] = []
         began_wall = time.time()
         sent_before = producer.sent
-        behind_start = self.seeded + producer.sent - table_rows(self.table)
+        rows_before = table_rows(self.table)
+        behind_start = self.seeded + producer.sent - rows_before
         end = time.monotonic() + self.args.window
         while True:
             self.check_alive(guard)
@@ -607,22 +610,17 @@ class Run:
             time.sleep(self.args.sample)
         ended_wall = time.time()
         sent = producer.sent - sent_before
-        behind_end = self.seeded + producer.sent - table_rows(self.table)
+        rows_after = table_rows(self.table)
+        behind_end = self.seeded + producer.sent - rows_after
         self.log.read()
-        # Rows landed per second: the batches committed in the window after its first one,
-        # over the time from that first commit to the last (whole batches, no edge effect).
         commits = [
-            (when(e), int(e.get("rows", 0)))
-            for e in self.log.named("batch_committed")
-            if began_wall <= when(e) <= ended_wall
+            e for e in self.log.named("batch_committed") if began_wall <= when(e) <= ended_wall
         ]
-        landed_rate = (
-            sum(rows for _, rows in commits[1:]) / (commits[-1][0] - commits[0][0])
-            if len(commits) > 1 and commits[-1][0] > commits[0][0]
-            else 0.0
-        )
         first, last = samples[0], samples[-1]
         seconds = ended_wall - began_wall
+        # Rows landed per second: the table's rows at the window's end less at its start, over
+        # the window (so up to a batch, ``trigger`` seconds of data, off at either edge).
+        landed_rate = (rows_after - rows_before) / seconds
         peak = max(samples, key=lambda s: s.total("pss"))
         kinds = sorted({p.kind for s in samples for p in s.procs}, key=KIND_ORDER.index)
         by_kind = {}
@@ -882,11 +880,11 @@ def main() -> None:
                 producer = SteadyProducer(
                     kafka.bootstrap, busy, args.partitions, args.rate, first_id=10_000_000
                 )
-                producer.start()
                 run.start_supervisor()
                 assert run.process is not None
                 guard.root = run.process.pid
                 run.wait_all_up(guard)
+                producer.start()  # now: no backlog built while the workers start
                 run.measure(guard, producer)
                 run.new_topic(guard)
             except Aborted as exc:
