@@ -371,6 +371,8 @@ class SteadyProducer:
     def _run(self) -> None:
         producer = producer_for(self.bootstrap)
         targets = [(t, p) for t in self.topics for p in range(self.partitions)]
+        if not targets or self.rate <= 0:  # --busy 0: every topic idle
+            return
 
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
