@@ -17,7 +17,8 @@ worker process per partition, on one Apache Kafka node of the harness.
    seconds of samples from /proc every ``--sample`` seconds: processes per kind, the sum of
    VmRSS and of Pss (``/proc/<pid>/smaps_rollup``: shared pages split between their users,
    the honest figure with a fork server), open fds, threads, CPU % (user + system ticks over
-   the window, 100 % = one core) of the tree and of the broker; rows/s landed (the
+   the window, 100 % = one core) of the tree and of the broker, the tree's processes in
+   state R (running or waiting for a core) against the machine's; rows/s landed (the
    table's rows, from its add actions' ``num_records``, at the window's end less at its
    start, over the window) against rows/s produced, and the records produced but not in the
    table at the window's start and end: whether it keeps up. The steady producer starts
@@ -118,6 +119,7 @@ class Proc:
     fds: int
     threads: int
     cpu_ticks: int
+    runnable: bool  # state R at the sample
 
 
 def _kind(info: ProcessInfo, root: int) -> str:
@@ -153,6 +155,7 @@ def sample_process(pid: int, kind: str) -> Proc | None:
         fds=fds,
         threads=_field_kib(status, "Threads:"),
         cpu_ticks=int(fields[11]) + int(fields[12]),
+        runnable=fields[0] == "R",
     )
 
 
@@ -597,6 +600,7 @@ class Run:
             time.sleep(0.5)
         samples: list[Sample] = []
         brokers: list[Sample] = []
+        samples_running: list[int] = []
         began_wall = time.time()
         sent_before = producer.sent
         rows_before = table_rows(self.table)
@@ -605,6 +609,9 @@ class Run:
         while True:
             self.check_alive(guard)
             samples.append(sample_tree(root))
+            samples_running.append(
+                int((_read("/proc/loadavg") or "0 0 0 0/0").split()[3].split("/")[0])
+            )
             proc = sample_process(broker, "broker")
             brokers.append(Sample(time.monotonic(), [proc] if proc else []))
             if time.monotonic() >= end:
@@ -648,6 +655,10 @@ class Run:
             pss=peak.total("pss"),
             fds=max(s.total("fds") for s in samples),
             threads=max(s.total("threads") for s in samples),
+            # Processes of the tree running or waiting for a core, mean over the samples,
+            # against every runnable task of the machine (/proc/loadavg's 4th field).
+            runnable=sum(s.total("runnable") for s in samples) / len(samples),
+            machine_runnable=sum(samples_running) / len(samples_running),
             cpu=cpu_percent(first, last),
             worker_pss=by_kind.get("worker", {}).get("pss", 0) / worker_count,
             worker_rss=by_kind.get("worker", {}).get("rss", 0) / worker_count,
@@ -812,6 +823,12 @@ def report(figures: dict[str, Any], aborted: str | None) -> None:
         ("workers after new topic", str(f.get("workers_after", "?"))),
         ("stop (SIGTERM to exit)", f"{_s(f.get('stop_s'))}, exit {f.get('exit', '?')}"),
         ("processes left after stop", str(f.get("left_after_stop", "?"))),
+        (
+            "runnable (R), mean",
+            f"{f['runnable']:.1f} of the tree, {f['machine_runnable']:.1f} on the machine"
+            if "runnable" in f
+            else "?",
+        ),
         ("lowest MemAvailable", f"{f.get('mem_available_min', 0) / 2**30:.1f} GiB"),
     ]
     for name, value in lines:
