@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import signal
 import threading
 from multiprocessing.context import ForkServerContext
@@ -64,6 +65,32 @@ def start_fork_server(*, tasks: bool = False) -> None:
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+# File descriptors the supervisor holds besides its workers', and per worker (its pipes,
+# its process handle, the fork server's connection), measured with 400 workers
+# (scripts/bench/many_topics.py: 32 + 4 per worker).
+BASE_FDS = 32
+FDS_PER_WORKER = 4
+
+
+def raise_open_files_limit() -> int:
+    """Raises this process's soft limit on open files to the hard one (as Kafka's and
+    Spark's start scripts do: one worker per partition takes four descriptors here) and
+    returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass  # the soft limit stays; a spawn that meets it says so (pool.py)
+    return soft
+
+
+def open_files_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def pid_alive(pid: int) -> bool:

@@ -4,6 +4,7 @@ global buffer cap's pauses. The engine decides what the events mean (``on_event`
 
 from __future__ import annotations
 
+import errno
 import logging
 import multiprocessing.connection
 import time
@@ -11,10 +12,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ingest.config import WorkerSection
+from ingest.errors import ConfigError
 from ingest.group import Partition
 from ingest.handoff import CorruptRangeReported, HandoffStore, SegmentSealed
 from ingest.logs import event
-from ingest.processes import start_fork_server
+from ingest.processes import BASE_FDS, FDS_PER_WORKER, open_files_limit, start_fork_server
 from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
 from ingest.supervisor.batches import Item, item_id
 from ingest.supervisor.metrics import Metrics
@@ -34,7 +36,20 @@ def spawn_worker(settings: WorkerSettings) -> WorkerHandle:
     stopping workers is the supervisor's business (a graceful stop seals their segments).
     Workers fork from the fork server, which ignores SIGINT from its start."""
     start_fork_server()
-    return WorkerHandle.spawn(settings, ignore_sigint=True)
+    try:
+        return WorkerHandle.spawn(settings, ignore_sigint=True)
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        limit = open_files_limit()
+        raise ConfigError(
+            f"no file descriptor left to start the worker of {settings.topic}-"
+            f"{settings.partition} ({exc.strerror}): this process may open {limit} files, "
+            f"and each partition's worker takes about {FDS_PER_WORKER} here, plus "
+            f"{BASE_FDS}; raise the limit (ulimit -n, systemd's LimitNOFILE) to at least "
+            f"{BASE_FDS} + {FDS_PER_WORKER} x the partitions this supervisor may own",
+            key="ulimit -n",
+        ) from exc
 
 
 class WorkerPool:

@@ -58,7 +58,7 @@ from ingest.group import (
 )
 from ingest.handoff import HandoffStore, SegmentSealed
 from ingest.logs import event
-from ingest.processes import start_fork_server
+from ingest.processes import raise_open_files_limit, start_fork_server
 from ingest.supervisor.backpressure import GlobalBufferCap
 from ingest.supervisor.batcher import Batcher, jvm_exit_code, owner_of
 from ingest.supervisor.batches import (
@@ -240,6 +240,8 @@ class Engine:
     def _open(self) -> None:
         self.store.open()
         self.space.measure()  # refuses a handoff too small for even one partition
+        # One worker per partition: four descriptors each (ingest/processes.py).
+        log.debug("open files limit: %d", raise_open_files_limit())
         start_fork_server()  # imports in the background while we join or list offsets
         listen = self.config.metrics.listen
         if listen:
