@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -112,8 +114,9 @@ def test_string_keys_must_be_utf8() -> None:
     assert str(decoded.dead.column("error_message")[0]).startswith("key: ")
 
 
+@pytest.mark.spark
 def test_on_spark_avro_keys_and_values_decode_in_the_tasks_and_a_transform_sees_them(
-    broker: KafkaCluster, schema_registry: SchemaRegistry, tmp_path: Path
+    broker: KafkaCluster, schema_registry: SchemaRegistry, spark: Any, tmp_path: Path
 ) -> None:
     """spark.engine = "spark": the tasks decode on Spark's Python workers. A transform's
     view has the decoded key and value columns; a writer's new field cannot widen a
@@ -152,7 +155,8 @@ def test_on_spark_avro_keys_and_values_decode_in_the_tasks_and_a_transform_sees_
         },
     )
     cfg = load_config(path)
-    outcome = group_run(cfg, until_end=True).run()
+    # The test session's Spark: a session of its own would stop the shared one at its end.
+    outcome = group_run(cfg, until_end=True, spark=spark).run()
     assert outcome.exit_code == 0, outcome.message
     table = DeltaTable(cfg.table.uri).to_pyarrow_table().sort_by("offset")
     assert table.column_names == ["offset", "region", "id", "amount"]
@@ -178,7 +182,7 @@ def test_on_spark_avro_keys_and_values_decode_in_the_tasks_and_a_transform_sees_
         },
     )
     cfg = load_config(path)
-    engine = group_run(cfg, until_end=True)
+    engine = group_run(cfg, until_end=True, spark=spark)
     assert engine.spark.local is None  # Spark's own tasks
     outcome = engine.run()
     assert outcome.exit_code == 0, outcome.message

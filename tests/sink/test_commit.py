@@ -48,7 +48,7 @@ def test_table_config_refuses_what_cannot_work() -> None:
     with pytest.raises(ConfigError, match=r"table\.value\.schema"):
         TableConfig(uri="/t", group="g", value_format="json")
     with pytest.raises(ConfigError, match=r"table\.value\.format"):
-        TableConfig(uri="/t", group="g", value_format="protobuf")  # type: ignore[arg-type]
+        TableConfig(uri="/t", group="g", value_format="xml")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="schema registry"):
         TableConfig(uri="/t", group="g", value_format="avro")
     config = TableConfig(
