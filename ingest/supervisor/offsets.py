@@ -171,17 +171,16 @@ def txn_versions(
 ) -> dict[Partition, int | None]:
     """Per partition, the last offset durable in its table (None: none yet); with a
     ``{topic}`` uri, each topic's own table."""
-    wanted = sorted(set(partitions))
+    by_table: dict[str, tuple[TableConfig, list[Partition]]] = {}
+    for partition in sorted(set(partitions)):
+        target = table.for_topic(partition.topic)
+        by_table.setdefault(target.uri, (target, []))[1].append(partition)
     found: dict[Partition, int | None] = {}
-    for topic in sorted({p.topic for p in wanted}):
-        target = table.for_topic(topic)
-        mine = [p for p in wanted if p.topic == topic] if table.per_topic else wanted
+    for target, mine in by_table.values():
         apps = {p: app_id(target.uri, target.group, p.topic, p.partition) for p in mine}
         location = TableLocation.of(target.uri, target.storage_options)
         versions = DeltaTarget(location).versions(list(apps.values()))
         found.update({p: versions[apps[p]] for p in mine})
-        if not table.per_topic:
-            break
     return found
 
 

@@ -44,25 +44,20 @@ def _locations(config: IngestConfig, topics: Iterable[str] = ()) -> list[TableLo
     return [location for location, _ in _tables(config, topics)]
 
 
-def _tables(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLocation, bool]]:
-    """(location, whether it is a data table, not a dead-letter one), each once."""
+def _tables(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLocation, WriteMode]]:
+    """Each table once, with the writes it takes: its table's mode, or "append" for a
+    dead-letter table."""
     router = table_router(config)
     chosen = sorted(set(topics))
     tables = [router.for_topic(t) for t in chosen] if router.per_topic else [router.default]
-    found: dict[str, tuple[TableLocation, bool]] = {}
+    found: dict[str, tuple[TableLocation, WriteMode]] = {}
     for table in tables:
         location = TableLocation.of(table.uri, table.storage_options)
-        found.setdefault(location.uri, (location, True))
+        found.setdefault(location.uri, (location, table.mode))
     for table in tables:
         location = TableLocation.of(table.dead_letters, table.dead_letter_options)
-        found.setdefault(location.uri, (location, False))
+        found.setdefault(location.uri, (location, "append"))
     return list(found.values())
-
-
-def _modes(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLocation, WriteMode]]:
-    router = table_router(config)
-    tables = [router.for_topic(t) for t in set(topics)] if router.per_topic else [router.default]
-    return [(TableLocation.of(t.uri, t.storage_options), t.mode) for t in tables]
 
 
 def check_tables(config: IngestConfig, *, writing: bool = True, topics: Iterable[str] = ()) -> None:
@@ -71,9 +66,7 @@ def check_tables(config: IngestConfig, *, writing: bool = True, topics: Iterable
     writes of the table's mode (``writing``), and for compaction when upkeep compacts."""
     upkeep = config.maintenance
     compacting = upkeep.compact and (upkeep.enabled or not writing)
-    modes = {location.uri: mode for location, mode in _modes(config, topics)}
-    for location, data in _tables(config, topics):
-        use: WriteMode = modes.get(location.uri, "append") if data else "append"
+    for location, use in _tables(config, topics):
         table = load_table(location)
         check_txn_retention(location, table)
         if writing:
