@@ -1,6 +1,6 @@
 """Real servers for tests: Apache Kafka (one node or three), the Tansu broker, a SeaweedFS
-S3 store, a schema registry (Apicurio, Confluent's API), and Kafka helpers; programs out of
-Debian packages (``debian_tool``, e.g. Prometheus' ``promtool``) fetched into the cache.
+S3 store, a Spark standalone cluster (a master and two workers), a schema registry
+(Apicurio, Confluent's API), and Kafka helpers; programs out of Debian packages (``debian_tool``, e.g. Prometheus' ``promtool``) fetched into the cache.
 
 Users can run their own pipelines against the same servers::
 
@@ -30,6 +30,7 @@ from ingest.testing.kafka import (
 from ingest.testing.probe import api_versions_answered
 from ingest.testing.registry import SchemaRegistry
 from ingest.testing.s3 import S3Server
+from ingest.testing.spark_cluster import SparkCluster
 from ingest.testing.tansu import TansuBroker, tansu_binary
 from ingest.testing.verify import Verdict, verify_exact
 from ingest.testing.verify_upsert import Change, verify_upsert
@@ -43,6 +44,7 @@ __all__ = [
     "ProducedRecord",
     "S3Server",
     "SchemaRegistry",
+    "SparkCluster",
     "TansuBroker",
     "Transaction",
     "Verdict",

@@ -19,6 +19,7 @@ from ingest.testing.debian import debian_tool
 from ingest.testing.kafka import unique_name
 from ingest.testing.registry import SchemaRegistry, registry_java
 from ingest.testing.s3 import S3Server
+from ingest.testing.spark_cluster import SparkCluster
 from ingest.testing.tansu import TansuBroker
 
 _SERVERS_KEY = pytest.StashKey[list[Any]]()
@@ -111,6 +112,17 @@ def spark() -> Iterator[Any]:
     session = local_spark_session()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(pytestconfig: pytest.Config) -> Iterator[SparkCluster]:
+    """A Spark standalone master and two workers (1 core, 1 GiB each) on loopback for the
+    whole test session, started on first use (~7 s); ``spark_cluster.master_url`` is what
+    ``spark.master`` takes. Its executors run this interpreter and this checkout's ingest."""
+    server = SparkCluster(2).start()
+    _register(pytestconfig, server)
+    yield server
+    server.cleanup()
 
 
 @pytest.hookimpl(wrapper=True)
