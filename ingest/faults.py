@@ -4,8 +4,10 @@
 written, the table commit is next), ``after_overwrite_cut`` (an overwrite's cut files
 are rewritten without the replaced rows, its commit is next), ``after_delta_commit`` (the batch is durable in
 Delta, its offsets are not committed yet), ``between_table_commits`` (a batch over
-several ``{topic}`` tables: one table committed, the next not yet) and ``after_offset_commit`` (committed,
-segments not yet released). With ``INGEST_FAULT_POINT=<name>:<n>`` in the
+several ``{topic}`` tables: one table committed, the next not yet), ``after_offset_commit`` (committed,
+segments not yet released) and ``in_spark_task`` (a Spark task of the arrow path has read
+its segments and not yet written its files; on a cluster, armed through
+``spark.executorEnv.INGEST_FAULT_POINT``: each Python worker counts its own passes). With ``INGEST_FAULT_POINT=<name>:<n>`` in the
 environment the process SIGKILLs itself on the n-th pass; with
 ``<name>:<n>:stall=<seconds>`` that pass waits instead (a batch held in flight, for
 tests of what a signal does meanwhile). Without it the call is one comparison. Used
@@ -28,6 +30,7 @@ FAULT_POINTS = (
     "after_delta_commit",
     "between_table_commits",
     "after_offset_commit",
+    "in_spark_task",
 )
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ingest.errors import IncompatibleSchemaError
+from ingest.faults import fault_point
 from ingest.handoff import read_segment
 from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.storage import TableLocation
@@ -141,6 +142,8 @@ def files_task(plan: ReadPlan, index: int) -> list[tuple[str, str]]:
     if not plan.tasks[index].uris:
         return []
     rows, dead = read_task(plan, index)
+    # Fault injection (a no-op unless INGEST_FAULT_POINT is set; ingest/faults.py).
+    fault_point("in_spark_task")
     name = f"part-{plan.token}-{index:05d}"
     files = write_data_files(
         rows, plan.table, name=name, partition_by=plan.partition_by, prefix=plan.prefix
