@@ -41,7 +41,7 @@ from typing import Any, Self
 from ingest.errors import HarnessError
 from ingest.testing._process import ManagedProcess, free_port, wait_until
 
-__all__ = ["SparkCluster", "descendants", "spark_home"]
+__all__ = ["SparkCluster", "alive", "descendants", "spark_home"]
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -88,7 +88,8 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not reaped, does not)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -297,15 +298,15 @@ class SparkCluster:
             self._stop(process)
         for pids in self._seen.values():
             for pid in pids:
-                if _alive(pid):
+                if alive(pid):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + self.stop_timeout
         while time.monotonic() < deadline and any(
-            _alive(pid) for pids in self._seen.values() for pid in pids
+            alive(pid) for pids in self._seen.values() for pid in pids
         ):
             time.sleep(0.05)
-        left = sorted(pid for pids in self._seen.values() for pid in pids if _alive(pid))
+        left = sorted(pid for pids in self._seen.values() for pid in pids if alive(pid))
         self._seen.clear()
         if left:
             raise HarnessError(f"processes of the Spark cluster outlived its stop: {left}")

@@ -16,6 +16,10 @@ from pyarrow import fs as pafs
 from tests.runtime.support import write_config
 
 SEGMENT_SUFFIX = ".arrows"
+# The session's topic (conftest.py), and how long one run may take.
+PARTITIONS = 4
+PER_PARTITION = 50_000
+RUN_TIMEOUT = 240
 
 
 def cluster_config(

@@ -7,7 +7,6 @@ S3 with the table; each run is checked by ``verify_exact``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,39 +15,22 @@ from ingest.testing import (
     KafkaCluster,
     S3Server,
     SparkCluster,
-    create_topic,
-    produce,
     unique_name,
     verify_exact,
 )
 from tests.cluster.support import (
+    PARTITIONS,
+    PER_PARTITION,
+    RUN_TIMEOUT,
     SegmentWatch,
     cluster_config,
     local_segments,
     released_before_durable,
     s3_segments,
 )
-from tests.runtime.support import Cli, records
+from tests.runtime.support import Cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
-
-PARTITIONS = 4
-PER_PARTITION = 50_000
-RUN_TIMEOUT = 240
-
-
-@pytest.fixture(scope="module")
-def cluster_topic(broker: KafkaCluster) -> Iterator[str]:
-    topic = unique_name("t-cluster")
-    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    produced = produce(
-        broker.bootstrap,
-        topic,
-        (r for p in range(PARTITIONS) for r in records(p, 0, PER_PARTITION)),
-        compression="lz4",
-    )
-    assert produced == PARTITIONS * PER_PARTITION
-    yield topic
 
 
 def run_until_end(path: Path, log: Path) -> tuple[float, str]:
