@@ -41,8 +41,11 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   ├── UnsupportedTableFeature  the table uses a Delta feature ingest cannot honour for
     │   │                            the write asked; refused before writing
     │   │                            (ingest/sink/features.py)
-    │   └── SparkStartError          the Spark session did not start (its JVM exited or never
-    │                                answered): no later batch can land in this process
+    │   ├── SparkStartError          the Spark session did not start (its JVM exited or never
+    │   │                            answered): no later batch can land in this process
+    │   └── SparkClusterLost         a standalone cluster's batch had no executor for
+    │                                EXECUTORLESS_TIMEOUT (a restarted master forgets the
+    │                                application): no later batch can land in this process
     ├── LogTruncationError           the log diverged below a restored position (KIP-320):
     │                                records the table holds are no longer the broker's
     ├── RegistryError                the schema registry did not answer, or not with the schema
@@ -221,6 +224,13 @@ class SinkError(IngestError):
 class SparkStartError(SinkError):
     """The Spark session did not start; the provider keeps the failure, so a retry in the
     same process would only meet it again."""
+
+
+class SparkClusterLost(SinkError):
+    """A batch on a Spark standalone master had no executor for ``EXECUTORLESS_TIMEOUT``
+    (``ingest/supervisor/sparksession.py``): the application lost its cluster (a master
+    restarted without recovery forgets it and kills its executors, and the driver waits for
+    it forever). The session cannot get executors back; a new run can."""
 
 
 class LogTruncationError(IngestError):

@@ -50,6 +50,7 @@ from ingest.errors import (
     ConfigError,
     IngestError,
     SinkError,
+    SparkClusterLost,
     SparkStartError,
 )
 from ingest.faults import fault_point
@@ -484,6 +485,9 @@ class Engine:
                 f"nothing of it was committed; rerun to land it ({type(error).__name__}: "
                 f"{error})"
             ) from error
+        if isinstance(error, SparkClusterLost):
+            # The session will get no executor back: every retry would wait and fail again.
+            raise SinkError(f"batch {batch.number}: {error}") from error
         if isinstance(error, SparkStartError):
             # The provider keeps a failed start: every retry would meet it again.
             raise SinkError(

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from ingest.config import SparkSection
-from ingest.errors import ConfigError, SinkError, SparkStartError
+from ingest.errors import ConfigError, SinkError, SparkClusterLost, SparkStartError
 from ingest.processes import pid_alive
 from ingest.sink.config import TableConfig
 from ingest.sink.land import Batch, BatchResult
 from ingest.spark_env import session_settings
+from ingest.supervisor.executorwatch import EXECUTORLESS_TIMEOUT, ExecutorWatch
 from ingest.supervisor.jvmlog import JvmOutputRelay
 
 __all__ = ["ClassDataArchive", "SparkProvider", "drain_jvm_output", "start_session"]
@@ -312,7 +313,21 @@ class SparkProvider:
             return self.local.land(batch)
         from spark_jobs.job import run_batch
 
-        return run_batch(self.get(), batch)
+        session = self.get()
+        if not self.section.master.startswith("spark://"):
+            return run_batch(session, batch)
+        with ExecutorWatch(session, EXECUTORLESS_TIMEOUT) as watch:
+            try:
+                return run_batch(session, batch)
+            except Exception as exc:
+                if watch.fired is not None:
+                    raise SparkClusterLost(
+                        f"batch had no Spark executor for {watch.fired:.0f}s on "
+                        f"{self.section.master} and was cancelled: the application lost its "
+                        "cluster (a master restarted without recovery forgets it); nothing "
+                        "of the batch was committed; rerun to land it"
+                    ) from exc
+                raise
 
     def warm(self) -> None:
         """Starts the session (or the local engine's pool) in the background (once)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from tests.runtime.support import write_config
+from tests.runtime.support import Cli, write_config
 
 SEGMENT_SUFFIX = ".arrows"
 # The session's topic (conftest.py), and how long one run may take.
@@ -164,3 +164,17 @@ def released_before_durable(watch: SegmentWatch, table: Path, ends: Mapping[int,
                 "the commit holding it"
             )
     return problems
+
+
+def run_until_end(path: Path, log: Path) -> tuple[float, str]:
+    """``ingest run --until-end`` as a user runs it; seconds and its log."""
+    began = time.monotonic()
+    cli = Cli(["run", "-c", str(path), "--until-end"], log)
+    try:
+        code = cli.wait(RUN_TIMEOUT)
+    finally:
+        cli.kill()
+    took = time.monotonic() - began
+    text = cli.text()
+    assert code == 0, text[-6000:]
+    return took, text

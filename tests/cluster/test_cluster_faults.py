@@ -9,9 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from ingest.faults import fault_point_env
+from ingest.supervisor.executorwatch import EXECUTORLESS_TIMEOUT
 from ingest.testing import KafkaCluster, SparkCluster, verify_exact
 from ingest.testing.spark_cluster import alive, descendants
-from tests.cluster.support import PARTITIONS, PER_PARTITION, RUN_TIMEOUT, cluster_config
+from tests.cluster.support import (
+    PARTITIONS,
+    PER_PARTITION,
+    RUN_TIMEOUT,
+    cluster_config,
+    run_until_end,
+)
 from tests.runtime.support import Cli, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -95,4 +103,64 @@ def test_a_worker_killed_mid_batch_has_its_tasks_retried_and_the_table_exact(
     print(
         f"worker killed {held:.1f}s into the run, its executor gone {gone:.1f}s later; "
         f"run {took:.1f}s, {verdict.rows} rows in {len(files)} files"
+    )
+
+
+@pytest.mark.timeout(480)
+def test_a_master_restarted_between_batches_fails_the_run_clearly_and_a_rerun_is_exact(
+    spark_cluster: SparkCluster,
+    broker: KafkaCluster,
+    cluster_topic: str,
+    group: str,
+    tmp_path: Path,
+) -> None:
+    """A restarted master forgets the application and kills its executors; the driver would
+    wait for it forever. The next batch fails after EXECUTORLESS_TIMEOUT, nothing of it
+    committed, and the run exits 1 saying why; a rerun (a new application) lands the rest."""
+    table = tmp_path / "table"
+    path = cluster_config(
+        tmp_path / "run.toml",
+        bootstrap=broker.bootstrap,
+        topic=cluster_topic,
+        group=group,
+        table=str(table),
+        master=spark_cluster.master_url,
+        handoff_root=str(tmp_path / "handoff"),
+    )
+    began = time.monotonic()
+    cli = Cli(
+        ["run", "-c", str(path), "--until-end"],
+        tmp_path / "run.log",
+        env=fault_point_env("before_delta_commit", 1, stall=15),
+    )
+    try:
+        wait_until(
+            lambda: "fault point before_delta_commit #1: stall" in cli.text(),
+            120,
+            "the first batch held before its commit",
+        )
+        spark_cluster.stop_master()
+        restarted = spark_cluster.start_master()
+        wait_until(lambda: spark_cluster.alive_workers() == 2, 60, "the workers to re-register")
+        code = cli.wait(EXECUTORLESS_TIMEOUT + 120)
+    finally:
+        cli.kill()
+    failed_after = time.monotonic() - began
+    text = cli.text()
+    assert code == 1, text[-6000:]
+    assert "no Spark executor for" in text and spark_cluster.master_url in text, text[-6000:]
+    assert "event=batch_committed batch=1 " in text  # the held batch needed no executor
+    assert "event=batch_committed batch=2 " not in text
+    partial = verify_exact(
+        broker.bootstrap, cluster_topic, group, str(table), require_complete=False
+    )
+    partial.raise_if_not_exact()
+    assert 0 < partial.rows < PARTITIONS * PER_PARTITION
+    took, _ = run_until_end(path, tmp_path / "rerun.log")
+    verdict = verify_exact(broker.bootstrap, cluster_topic, group, str(table))
+    verdict.raise_if_not_exact()
+    assert verdict.rows == PARTITIONS * PER_PARTITION
+    print(
+        f"master restarted in {restarted:.1f}s; the run failed {failed_after:.1f}s after its "
+        f"start with {partial.rows} rows landed; the rerun landed the rest in {took:.1f}s"
     )

@@ -6,7 +6,6 @@ S3 with the table; each run is checked by ``verify_exact``.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -21,30 +20,15 @@ from ingest.testing import (
 from tests.cluster.support import (
     PARTITIONS,
     PER_PARTITION,
-    RUN_TIMEOUT,
     SegmentWatch,
     cluster_config,
     local_segments,
     released_before_durable,
+    run_until_end,
     s3_segments,
 )
-from tests.runtime.support import Cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
-
-
-def run_until_end(path: Path, log: Path) -> tuple[float, str]:
-    """``ingest run --until-end`` as a user runs it; seconds and its log."""
-    began = time.monotonic()
-    cli = Cli(["run", "-c", str(path), "--until-end"], log)
-    try:
-        code = cli.wait(RUN_TIMEOUT)
-    finally:
-        cli.kill()
-    took = time.monotonic() - began
-    text = cli.text()
-    assert code == 0, text[-6000:]
-    return took, text
 
 
 def ran_on_the_cluster(cluster: SparkCluster, text: str) -> None:

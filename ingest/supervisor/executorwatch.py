@@ -1,0 +1,73 @@
+"""A batch on a Spark standalone cluster that has lost its executors for good.
+
+A standalone master restarted without recovery mode (``spark.deploy.recoveryMode``) forgets
+the applications it ran: when the workers register again, it has them kill the executors
+of applications it does not know, and the driver, disconnected, logs "Waiting for
+reconnection..." and waits for that master forever (measured on Spark 4.2: a batch of
+``ingest run`` then hung with no executor and no error). ``ExecutorWatch`` turns that hang
+into an error: a batch that has had no executor for ``EXECUTORLESS_TIMEOUT`` is cancelled,
+and ``SparkProvider.land`` raises ``SparkClusterLost``, which ends the run (exit 1) with
+nothing of the batch committed; a rerun starts a new application and lands it exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+__all__ = ["EXECUTORLESS_TIMEOUT", "ExecutorWatch"]
+
+log = logging.getLogger("ingest.supervisor.spark")
+
+# How long a batch on a standalone master (spark://) may run with no executor at all before
+# it is cancelled: a master restarted without recovery forgets the application and kills
+# its executors, and the driver then waits for that master forever (Spark 4.2).
+EXECUTORLESS_TIMEOUT = 60.0
+
+
+class ExecutorWatch:
+    """While a batch runs on a standalone cluster: cancels the session's jobs once it has
+    had no executor (the driver aside) for ``timeout`` seconds; ``fired`` is then how long."""
+
+    def __init__(self, session: Any, timeout: float, interval: float = 1.0) -> None:
+        self.context = session.sparkContext
+        self.timeout = timeout
+        self.interval = interval
+        self.fired: float | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ingest-executor-watch", daemon=True)
+
+    def executors(self) -> int:
+        """Executors registered with the driver now (its own entry left out)."""
+        infos = self.context._jsc.sc().statusTracker().getExecutorInfos()
+        return max(len(infos) - 1, 0)
+
+    def _run(self) -> None:
+        since: float | None = None
+        while not self._done.wait(self.interval):
+            try:
+                count = self.executors()
+            except Exception:  # the JVM is going: the batch meets the cause
+                return
+            now = time.monotonic()
+            if count:
+                since = None
+                continue
+            since = now if since is None else since
+            if now - since >= self.timeout:
+                self.fired = now - since
+                log.error("no Spark executor for %.0fs: cancelling the batch's jobs", self.fired)
+                with contextlib.suppress(Exception):
+                    self.context.cancelAllJobs()
+                return
+
+    def __enter__(self) -> ExecutorWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(5)
