@@ -95,6 +95,24 @@ def test_bad_values_name_the_file_and_the_key(extra: str, message: str) -> None:
     assert message in str(excinfo.value)
 
 
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ('[dead_letter]\nuri = "gs:/lake/dead"', "dead_letter.uri"),
+        ('[handoff]\nmode = "files"\nroot = "s3a:/handoff"', "handoff.root"),
+        ('[[route]]\ntopics = "x"\nuri = "abfss:/c@a/t"', "route[0].uri"),
+    ],
+)
+def test_a_uri_with_one_slash_after_its_scheme_is_refused(extra: str, key: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        _parse(MINIMAL + extra + "\n")
+    assert str(excinfo.value).startswith(f"conf/x.toml: {key}: ")
+    assert "has one slash after" in str(excinfo.value)
+    with pytest.raises(ConfigError, match="write s3://"):
+        _parse(MINIMAL.replace('"/tmp/events"', '"s3:/lake/events"'))
+    assert _parse(MINIMAL.replace('"/tmp/events"', '"file:/tmp/events"')).table.uri
+
+
 def test_missing_keys_and_sections_are_named() -> None:
     with pytest.raises(ConfigError, match=r"conf/x.toml: table: missing required key"):
         _parse(MINIMAL.split("[table]")[0])

@@ -227,6 +227,31 @@ def _check_consistency(config: IngestConfig) -> None:
             'mode "files" needs a root directory or URI', path=path, key="handoff.root"
         )
     _check_maintenance(config)
+    _check_uris(config)
+
+
+# A scheme followed by one slash ("s3:/lake/t"): what Path() makes of "s3://lake/t"
+# ("file:/x" is a valid file URI; a drive letter "C:/x" is a path).
+_ONE_SLASH = re.compile(r"(?!file:)([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
+
+
+def _check_uris(config: IngestConfig) -> None:
+    """Refuses a URI whose scheme has one slash after it: taken as a local relative path,
+    it would write a directory named like the scheme."""
+    uris = [("table.uri", config.table.uri), ("dead_letter.uri", config.dead_letter.uri)]
+    uris.append(("handoff.root", config.handoff.root))
+    uris += [(f"route[{i}].uri", r.uri) for i, r in enumerate(config.route)]
+    uris += [(f"table.transform_tables.{k}", v) for k, v in config.table.transform_tables.items()]
+    for key, uri in uris:
+        found = _ONE_SLASH.match(uri or "")
+        if found:
+            scheme = found.group(1)
+            raise ConfigError(
+                f"{uri!r} has one slash after {scheme}: (write {scheme}://...); as it is, it "
+                "would be a local path",
+                path=config.path,
+                key=key,
+            )
 
 
 def _check_topics(config: IngestConfig) -> None:

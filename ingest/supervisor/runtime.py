@@ -140,6 +140,15 @@ class Engine:
         wanted = wanted_space(config)
         self.cap = GlobalBufferCap(wanted.max_buffered_bytes, wanted.max_buffered_bytes // 2)
         self.store = HandoffStore(handoff_config(config))
+        if config.handoff.mode == "shm" and not config.spark.master.startswith("local"):
+            event(
+                log,
+                "handoff_shm_with_cluster",
+                level=logging.WARNING,
+                master=config.spark.master,
+                reason="segments in this host's /dev/shm: executors on other hosts cannot "
+                'read them; set handoff.mode = "files" with a root every executor reaches',
+            )
         self.space = HandoffSpace(wanted, self.store, self.cap)
         self.wakeup = Wakeup()
         self.batcher = Batcher(
