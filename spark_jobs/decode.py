@@ -41,6 +41,7 @@ from ingest.sink.config import (
     DELETE_COLUMN,
     FIELD_FORMATS,
     REGISTRY_FORMATS,
+    RowSelect,
     TableConfig,
 )
 from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
@@ -51,6 +52,7 @@ from spark_jobs.changes import (
     tombstone_deletes,
 )
 from spark_jobs.framed import FramedSpec, decode_framed, format_of
+from spark_jobs.routes import selected
 from spark_jobs.text_values import json_fields, utf8_errors
 
 __all__ = [
@@ -84,6 +86,7 @@ class DecodeSpec:
     key_format: str = "binary"  # or "string", or a REGISTRY_FORMATS one (``key_framed``)
     key_framed: FramedSpec | None = None  # its schema: the one column KEY_DECODED
     refuse: str | None = None  # every record a dead letter for this reason (no route)
+    select: RowSelect | None = None  # only these records are the table's (routes.py)
 
     @property
     def key_type(self) -> pa.DataType:
@@ -224,6 +227,8 @@ def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime
     # (records, their value fields or None, which delete or None), then the refused.
     parts: list[tuple[pa.Table, pa.Table | None, pa.Array | None]] = []
     refused: list[tuple[pa.Table, list[str]]] = []
+    if spec.select is not None:
+        records = records.filter(selected(records, spec.select))
     if spec.refuse is not None:
         dead = dead_letters(
             records, STAGE_DECODE, [spec.refuse] * records.num_rows, ingest_time=ingest_time
@@ -457,4 +462,5 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
         key_format=config.key_format,
         key_framed=key_framed,
         refuse=config.refuse,
+        select=config.select,
     )

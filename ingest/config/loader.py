@@ -273,6 +273,32 @@ def _check_routes(config: IngestConfig) -> None:
             raise ConfigError(
                 f"not a regular expression: {exc}", path=config.path, key=f"{key}.topics"
             ) from None
+        by = [name for name in ("header", "field") if getattr(route, name) is not None]
+        if len(by) > 1:
+            raise ConfigError(
+                "a route goes by a header or by a value field, not both",
+                path=config.path,
+                key=f"{key}.field",
+            )
+        if by and route.matches is None:
+            raise ConfigError(
+                f"a route by {by[0]} needs the regular expression its value matches",
+                path=config.path,
+                key=f"{key}.matches",
+            )
+        if route.matches is not None:
+            if not by:
+                raise ConfigError(
+                    "applies to a route by header or field (set one of them)",
+                    path=config.path,
+                    key=f"{key}.matches",
+                )
+            try:
+                re.compile(route.matches)
+            except re.error as exc:
+                raise ConfigError(
+                    f"not a regular expression: {exc}", path=config.path, key=f"{key}.matches"
+                ) from None
         value = route.value
         if value is not None and value.format in REGISTRY_FORMATS and not value.schema:
             raise ConfigError(

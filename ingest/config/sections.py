@@ -324,6 +324,24 @@ class RouteSection:
     topics: Str = Field(
         description='A regular expression a topic\'s whole name matches, e.g. "orders-.*".'
     )
+    header: Str | None = Field(
+        default=None,
+        description="Route each record by this header's value (UTF-8; a record without it "
+        "matches no such route): the route takes the records whose value `matches` matches.",
+    )
+    field: Str | None = Field(
+        default=None,
+        description="Route each record by this top-level field of its value read as JSON "
+        "(a string as it is, a number or boolean as its JSON text; absent, null or not "
+        "JSON matches no such route): the route takes the records whose field `matches` "
+        "matches.",
+    )
+    matches: Str | None = Field(
+        default=None,
+        description="With header or field: a regular expression the whole value matches, "
+        'e.g. "order(ed|_paid)". The records of a topic the route does not take go to the '
+        "next route that matches.",
+    )
     uri: DeltaUri | None = Field(
         default=None, description="Its Delta table ({topic} allowed); default table.uri."
     )

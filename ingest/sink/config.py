@@ -30,7 +30,9 @@ __all__ = [
     "FIELD_FORMATS",
     "REGISTRY_FORMATS",
     "TOPIC_PLACEHOLDER",
+    "Condition",
     "Router",
+    "RowSelect",
     "TableConfig",
 ]
 
@@ -65,6 +67,36 @@ def _masked(options: Mapping[str, str]) -> dict[str, str]:
         key: "**********" if any(hint in key.lower() for hint in _SECRET_HINTS) else value
         for key, value in options.items()
     }
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A [[route]]'s test of one record: the value of the header ``header`` (UTF-8), or
+    of the top-level field ``field`` of the value read as JSON (a string as it is, a
+    number or boolean as its JSON text), matched whole by the regular expression
+    ``matches``. A record without that header or field (or not JSON) fails it."""
+
+    header: str | None
+    field: str | None
+    matches: str
+
+    def __post_init__(self) -> None:
+        if (self.header is None) == (self.field is None):
+            raise ConfigError("a route goes by a header or by a value field", key="route")
+
+    def __str__(self) -> str:
+        what = f"header {self.header!r}" if self.header is not None else f"field {self.field!r}"
+        return f"{what} matching {self.matches!r}"
+
+
+@dataclass(frozen=True)
+class RowSelect:
+    """Which of a topic's records a table takes when routes go by header or field:
+    those that pass ``take`` (every record when None) and none of ``skip`` (the
+    conditions of the routes before it that the topic also matches)."""
+
+    take: Condition | None
+    skip: tuple[Condition, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +144,9 @@ class TableConfig:
     # topic no route matches, why its records are all dead letters.
     route: int | None = None
     refuse: str | None = None
+    # With routes by header or field: which of its topic's records the table takes
+    # (None: all of them).
+    select: RowSelect | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.uri, str) or not self.uri.strip():
@@ -230,30 +265,66 @@ class TableConfig:
 
 @dataclass(frozen=True)
 class Router:
-    """Which table each topic lands in: the first of ``routes`` (a regular expression of
-    the whole topic name, the route's table) that matches, its ``{topic}`` filled in;
-    without routes, ``default``. With routes, a topic none matches lands nowhere: its
-    records are dead letters (``refuse``), its txn versions kept in ``default``."""
+    """Which table each record lands in: the first of ``routes`` (a regular expression of
+    the whole topic name, the route's table, and a ``Condition`` on the record or None)
+    that matches, its ``{topic}`` filled in; without routes, ``default``. With routes, a
+    record none matches lands nowhere: it is a dead letter (``refuse``), and its
+    partition's txn versions are kept in ``default``."""
 
     default: TableConfig
-    routes: tuple[tuple[str, TableConfig], ...] = ()
+    routes: tuple[tuple[str, TableConfig, Condition | None], ...] = ()
 
     @property
     def per_topic(self) -> bool:
         return bool(self.routes) or self.default.per_topic
 
-    def for_topic(self, topic: str) -> TableConfig:
-        for pattern, table in self.routes:
-            if re.fullmatch(pattern, topic):
-                return table.for_topic(topic)
-        if self.routes:
+    def tables_for(self, topic: str) -> tuple[TableConfig, ...]:
+        """The tables ``topic``'s records land in. One, taking every record, unless
+        routes go by header or field: then each route that matches the topic, up to
+        the first without a condition, takes its records (``select``), and when every
+        such route has a condition, ``default`` takes the rest as dead letters. Two of
+        them naming one table is refused (one table holds one txn version per
+        partition)."""
+        taken: list[TableConfig] = []
+        skip: list[Condition] = []
+        for pattern, table, condition in self.routes:
+            if not re.fullmatch(pattern, topic):
+                continue
+            chosen = table.for_topic(topic)
+            if condition is None and not skip:
+                return (chosen,)
+            taken.append(replace(chosen, select=RowSelect(condition, tuple(skip))))
+            if condition is None:
+                break
+            skip.append(condition)
+        else:
+            if not self.routes:
+                return (self.default.for_topic(topic),)
             why = f"no [[route]] matches topic {topic!r}"
-            return replace(self.default.for_topic(topic), refuse=why)
-        return self.default.for_topic(topic)
+            if skip:
+                why = f"no [[route]] matches this record of topic {topic!r}"
+            refused = replace(self.default.for_topic(topic), refuse=why)
+            if skip:
+                refused = replace(refused, select=RowSelect(None, tuple(skip)))
+            taken.append(refused)
+        uris = [normalize_uri(t.uri) for t in taken]
+        for uri in uris:
+            if uris.count(uri) > 1:
+                raise ConfigError(
+                    f"two [[route]]s send records of topic {topic!r} to the table {uri}: "
+                    "routes by header or field that share a topic need tables of their own",
+                    key="route",
+                )
+        return tuple(taken)
+
+    def for_topic(self, topic: str) -> TableConfig:
+        """The first of ``tables_for(topic)``: its only table, unless routes go by
+        header or field."""
+        return self.tables_for(topic)[0]
 
     def tables(self) -> tuple[TableConfig, ...]:
         """The default table and each route's (templates unfilled)."""
-        return (self.default, *(table for _, table in self.routes))
+        return (self.default, *(table for _, table, _ in self.routes))
 
 
 def check_changes(mode: str, value_format: str, envelope: str, tombstones: object) -> None:

@@ -98,7 +98,9 @@ class Batcher:
             Batch(
                 table,
                 part.segments(),
-                part.corrupt(),
+                # A partition in several tables: its corrupt ranges are dead letters of
+                # the first only (the one no earlier route's condition skips).
+                part.corrupt() if table.select is None or not table.select.skip else (),
                 segment_storage_options=self.store.config.storage_options,
                 overwrite=overwrite,
             )
@@ -131,7 +133,8 @@ class Batcher:
 
     def _by_table(self, selection: Selection) -> list[tuple[TableConfig, Selection]]:
         """The selection split by the table each partition lands in (one part, the
-        table, without a ``{topic}`` uri)."""
+        table, without a ``{topic}`` uri); with routes by header or field, a partition
+        is in each part whose table takes some of its records (``Router.tables_for``)."""
         if not self.table.per_topic:
             return [(self.table.default, selection)]
         topics = sorted({p.topic for p in selection.items})
@@ -140,12 +143,13 @@ class Batcher:
                 if self.on_new_table is not None:
                     self.on_new_table(topic)
                 self.topics_seen.add(topic)
-        parts: dict[str, tuple[TableConfig, dict[Partition, Any]]] = {}
+        parts: dict[tuple[Any, ...], tuple[TableConfig, dict[Partition, Any]]] = {}
         for topic in topics:
-            table = self.table.for_topic(topic)
-            key = f"{table.uri}\0{table.refuse}"  # topics of one table land together
-            items = parts.setdefault(key, (table, {}))[1]
-            items.update({p: i for p, i in selection.items.items() if p.topic == topic})
+            for table in self.table.tables_for(topic):
+                # The topics of one table and route land together, in one commit.
+                key = (table.uri, table.route, table.refuse, table.select)
+                items = parts.setdefault(key, (table, {}))[1]
+                items.update({p: i for p, i in selection.items.items() if p.topic == topic})
         return [(table, Selection(items)) for table, items in parts.values()]
 
 

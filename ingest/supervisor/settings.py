@@ -31,7 +31,7 @@ from ingest.registry import (
     client_for,
     subject_for,
 )
-from ingest.sink.config import Router, TableConfig
+from ingest.sink.config import Condition, Router, TableConfig
 from ingest.sink.maintenance import UpkeepSettings
 from ingest.sink.storage import s3_filesystem_options
 from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
@@ -260,7 +260,12 @@ def table_router(
             raise ConfigError(
                 f"[[route]] {index} ({route.topics!r}): {exc}", path=config.path, key="route"
             ) from None
-        routes.append((route.topics, table))
+        condition = (
+            None
+            if route.matches is None
+            else Condition(header=route.header, field=route.field, matches=route.matches)
+        )
+        routes.append((route.topics, table, condition))
     return Router(default, tuple(routes))
 
 

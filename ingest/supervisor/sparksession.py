@@ -407,7 +407,7 @@ class LocalEngine:
         self.tasks = LocalTasks(cores)
         self.spec = spec
         # Per [[route]] (and per topic no route takes): the route's own decode spec.
-        self._specs: dict[tuple[int | None, str | None], Any] = {(None, None): spec}
+        self._specs: dict[tuple[Any, ...], Any] = {(None, None, None): spec}
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -468,7 +468,7 @@ class LocalEngine:
         if self._thread is not None:
             self._thread.join()
         table = batch.table
-        key = (table.route, table.refuse)
+        key = (table.route, table.refuse, table.select)
         spec = self._specs.get(key)
         if spec is None:
             spec = local_decode_spec(table)

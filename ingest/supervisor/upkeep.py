@@ -49,7 +49,11 @@ def _tables(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLoca
     dead-letter table."""
     router = table_router(config)
     chosen = sorted(set(topics))
-    tables = [router.for_topic(t) for t in chosen] if router.per_topic else [router.default]
+    tables = (
+        [table for t in chosen for table in router.tables_for(t)]
+        if router.per_topic
+        else [router.default]
+    )
     found: dict[str, tuple[TableLocation, WriteMode]] = {}
     for table in tables:
         location = TableLocation.of(table.uri, table.storage_options)
