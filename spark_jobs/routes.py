@@ -4,7 +4,8 @@
 records that pass ``select.take`` and none of ``select.skip`` (``RowSelect``, built by
 ``Router.tables_for``). A condition reads the value of a header (the last one of that
 name, as Kafka's ``Headers.lastHeader``; UTF-8) or of a top-level field of the value
-read as JSON (orjson; a string as it is, a number or boolean as its JSON text), and
+read as JSON (Arrow's JSON reader for a window whose every value has a string there,
+else orjson a value at a time; a string as it is, a number or boolean as its JSON text), and
 matches it whole with Python's ``re``, once per distinct value. A record without the
 header or field, with a null or an object there, or whose value is not JSON, fails
 the condition: it goes on to the next route, or is a dead letter when none takes it.
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.sink.config import Condition, RowSelect
+from spark_jobs.text_values import json_rows
 
 __all__ = ["route_values", "selected"]
 
@@ -40,6 +42,15 @@ def route_values(records: pa.Table, condition: Condition) -> pa.Array:
         return _last_header(records.column("headers").combine_chunks(), condition.header)
     assert condition.field is not None
     values = records.column("value").combine_chunks()
+    if values.null_count == 0:
+        # Arrow's JSON reader when every value is an object whose field is a string
+        # (or absent or null); a value it refuses sends the window a record at a time.
+        try:
+            rows = json_rows(values, pa.schema([pa.field(condition.field, pa.string())]))
+        except ValueError:
+            pass
+        else:
+            return rows.column(0).combine_chunks().cast(pa.binary())
     return pa.array([_field_text(v, condition.field) for v in values.to_pylist()], type=pa.binary())
 
 
