@@ -227,6 +227,25 @@ def _check_consistency(config: IngestConfig) -> None:
             'mode "files" needs a root directory or URI', path=path, key="handoff.root"
         )
     _check_maintenance(config)
+    _check_properties(config)
+
+
+# The property whose expiry of txn entries breaks exactly-once for quiet partitions
+# (``ingest.sink.maintenance.TXN_RETENTION_PROPERTY`` refuses a table that has it).
+_TXN_RETENTION = "delta.setTransactionRetentionDuration"
+
+
+def _check_properties(config: IngestConfig) -> None:
+    owners = [("table.properties", config.table.properties)]
+    owners += [(f"route[{i}].properties", r.properties or {}) for i, r in enumerate(config.route)]
+    for key, properties in owners:
+        if _TXN_RETENTION in properties:
+            raise ConfigError(
+                f"{_TXN_RETENTION} would let the txn entries of quiet partitions expire, and "
+                "exactly-once with them: leave it unset",
+                path=config.path,
+                key=key,
+            )
 
 
 def _check_topics(config: IngestConfig) -> None:

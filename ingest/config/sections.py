@@ -184,6 +184,12 @@ class TableSection:
     partition_by: list[Str] = Field(
         default_factory=list, description="The table's partition columns."
     )
+    properties: dict[Str, Str] = Field(
+        default_factory=dict,
+        description="Delta table properties of a table ingest creates, e.g. "
+        '{ "delta.logRetentionDuration" = "interval 30 days" }; a table that exists keeps '
+        "its own (delta.setTransactionRetentionDuration is refused).",
+    )
     transform: Str | None = Field(
         default=None, description="Spark SQL over the view `batch`, run on each batch."
     )
@@ -351,6 +357,7 @@ class RouteSection:
         default=None, description="table.tombstones."
     )
     partition_by: list[Str] | None = Field(default=None, description="table.partition_by.")
+    properties: dict[Str, Str] | None = Field(default=None, description="table.properties.")
     value: ValueSection | None = Field(default=None, description="[table.value].")
     key: KeySection | None = Field(default=None, description="[table.key].")
 

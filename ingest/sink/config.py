@@ -137,6 +137,8 @@ class TableConfig:
     transform: str | None = None
     transform_tables: Mapping[str, str] = field(default_factory=dict)
     partition_by: tuple[str, ...] = ()
+    # Delta table properties of a table ingest creates (an existing table keeps its own).
+    properties: Mapping[str, str] = field(default_factory=dict)
     date_column: str | None = None
     dead_letter_uri: str | None = None
     dead_letter_storage_options: Mapping[str, str] | None = None
@@ -158,6 +160,7 @@ class TableConfig:
         object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         object.__setattr__(self, "storage_options", dict(self.storage_options))
+        object.__setattr__(self, "properties", dict(self.properties))
         if self.mode == "upsert" and not self.merge_keys:
             raise ConfigError("upsert mode needs merge_keys", key="table.merge_keys")
         if self.mode == "append" and self.merge_keys:

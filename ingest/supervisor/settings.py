@@ -234,6 +234,7 @@ def table_config(
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
         partition_by=tuple(table.partition_by),
+        properties=dict(table.properties),
         dead_letter_uri=config.dead_letter_uri(),
     )
 
@@ -290,6 +291,9 @@ def _route_table(
         tombstones=route.tombstones or config.table.tombstones,
         partition_by=tuple(
             route.partition_by if route.partition_by is not None else config.table.partition_by
+        ),
+        properties=dict(
+            route.properties if route.properties is not None else config.table.properties
         ),
         value_format=value.format,
         value_schema=value.schema,

@@ -1,6 +1,7 @@
 """[[route]]s by header and by value field on Apache Kafka: one partition's records land
 in several tables, each with its own format; a record no route takes is a dead letter
-naming why. Every offset is in exactly one table (or dead letters), also after a
+naming why; tables are created on demand with their route's properties and
+partitioning. Every offset is in exactly one table (or dead letters), also after a
 process killed between two tables' commits of one batch; the group's offsets end at
 the end of each partition only once every table is durable; ``ingest status`` gives
 each table's lag."""
@@ -72,6 +73,7 @@ header = "type"
 matches = "order(ed)?"
 uri = {json.dumps(str(lake / "orders"))}
 value = {{ format = "json", schema = "id BIGINT, kind STRING" }}
+properties = {{ "delta.appendOnly" = "true", "delta.logRetentionDuration" = "interval 60 days" }}
 
 [[route]]
 topics = ".*"
@@ -79,6 +81,7 @@ field = "kind"
 matches = "click|3"
 uri = {json.dumps(str(lake / "events"))}
 value = {{ format = "string" }}
+partition_by = ["partition"]
 """
         )
     cfg = config(path)
@@ -94,6 +97,12 @@ value = {{ format = "string" }}
     rerun = Cli(args, tmp_path / "rerun.log")
     assert rerun.wait(120) == 0, rerun.text()[-3000:]
 
+    # Created on demand with the route's properties and partitioning.
+    assert DeltaTable(str(lake / "orders")).metadata().configuration == {
+        "delta.appendOnly": "true",
+        "delta.logRetentionDuration": "interval 60 days",
+    }
+    assert DeltaTable(str(lake / "events")).metadata().partition_columns == ["partition"]
     orders = DeltaTable(str(lake / "orders")).to_pyarrow_table()
     assert sorted(orders["id"].to_pylist()) == sorted(
         n for n in range(PER_PARTITION) if n % 4 == 0 for _ in (0, 1)
