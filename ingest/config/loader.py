@@ -267,10 +267,12 @@ def _check_topics(config: IngestConfig) -> None:
     value = config.table.value
     registry = config.schema_registry
     by_topic = registry is not None and registry.subject_name_strategy != "record"
-    if value.format in REGISTRY_FORMATS and not value.schema and by_topic:
+    own_tables = "{topic}" in config.table.uri and not config.route
+    if value.format in REGISTRY_FORMATS and not value.schema and by_topic and not own_tables:
         raise ConfigError(
-            "with topic_pattern the columns cannot come from each topic's subject: set "
-            'table.value.schema, or subject_name_strategy "record"',
+            "with topic_pattern the columns cannot come from each topic's subject into one "
+            'table: set table.value.schema, subject_name_strategy "record", or a table per '
+            'topic (table.uri with "{topic}")',
             path=path,
             key="source.topic_pattern",
         )

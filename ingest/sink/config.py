@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ingest.errors import ConfigError
-from ingest.registry import REGISTRY_FORMATS, RegisteredSchema, RegistrySettings
+from ingest.registry import REGISTRY_FORMATS, RegisteredSchema, RegistrySettings, subject_for
 from ingest.sink.storage import normalize_uri
 
 __all__ = [
@@ -127,6 +127,11 @@ class TableConfig:
     on_registry_error: Literal["fail", "dead_letter"] = "fail"
     on_incompatible: Literal["fail", "dead_letter"] = "dead_letter"
     value_registered: RegisteredSchema | None = None
+    # A ``{topic}`` table whose columns come from each topic's own subject (the topic
+    # strategies, no DDL): the strategy; ``for_topic`` names the topic's subject, whose
+    # latest schema the engine reads at the table's first batch.
+    value_strategy: str | None = None
+    value_subject: str | None = None
     # Keys: "binary", "string" or a REGISTRY_FORMATS one, and its subject's latest schema.
     key_format: str = "binary"
     key_registered: RegisteredSchema | None = None
@@ -232,10 +237,14 @@ class TableConfig:
         uri has no placeholder). Kafka's topic names ([a-zA-Z0-9._-]) need no escaping."""
         if not self.per_topic:
             return self
+        subject = None
+        if self.value_strategy is not None:
+            subject = subject_for(self.value_strategy, topic, self.record_name)
         return replace(
             self,
             uri=self.uri.replace(TOPIC_PLACEHOLDER, topic),
             dead_letter_uri=self.dead_letters.replace(TOPIC_PLACEHOLDER, topic),
+            value_subject=subject,
         )
 
     @property
