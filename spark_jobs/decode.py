@@ -33,14 +33,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.errors import ConfigError
-from ingest.registry import client_for
+from ingest.errors import ConfigError, RegistryError
+from ingest.registry import RegisteredSchema, client_for
 from ingest.sink.config import (
     BASE_COLUMNS,
     DEAD_LETTER_COLUMN,
     DELETE_COLUMN,
     FIELD_FORMATS,
     REGISTRY_FORMATS,
+    RowSelect,
     TableConfig,
 )
 from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
@@ -51,6 +52,7 @@ from spark_jobs.changes import (
     tombstone_deletes,
 )
 from spark_jobs.framed import FramedSpec, decode_framed, format_of
+from spark_jobs.routes import selected
 from spark_jobs.text_values import json_fields, utf8_errors
 
 __all__ = [
@@ -84,6 +86,7 @@ class DecodeSpec:
     key_format: str = "binary"  # or "string", or a REGISTRY_FORMATS one (``key_framed``)
     key_framed: FramedSpec | None = None  # its schema: the one column KEY_DECODED
     refuse: str | None = None  # every record a dead letter for this reason (no route)
+    select: RowSelect | None = None  # only these records are the table's (routes.py)
 
     @property
     def key_type(self) -> pa.DataType:
@@ -224,6 +227,8 @@ def _decode_window(records: pa.Table, spec: DecodeSpec, ingest_time: dt.datetime
     # (records, their value fields or None, which delete or None), then the refused.
     parts: list[tuple[pa.Table, pa.Table | None, pa.Array | None]] = []
     refused: list[tuple[pa.Table, list[str]]] = []
+    if spec.select is not None:
+        records = records.filter(selected(records, spec.select))
     if spec.refuse is not None:
         dead = dead_letters(
             records, STAGE_DECODE, [spec.refuse] * records.num_rows, ingest_time=ingest_time
@@ -390,6 +395,24 @@ def _nullable_within(kind: pa.DataType) -> pa.DataType:
     return kind
 
 
+def subject_latest(config: TableConfig) -> RegisteredSchema | None:
+    """The latest schema of a ``{topic}`` table's own subject (None: it has none to
+    read). A registry that does not answer fails the batch (retried); one that has no
+    such subject stops the run (``ConfigError``): the table has no columns to take."""
+    if config.value_subject is None or config.registry is None:
+        return None
+    try:
+        return client_for(config.registry).latest(config.value_subject)
+    except RegistryError as exc:
+        if exc.retriable:
+            raise
+        raise ConfigError(
+            f"{config.uri}: no columns: the registry did not give the latest schema of "
+            f"{config.value_subject!r}: {exc}",
+            key="table.value.schema",
+        ) from None
+
+
 def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec:
     """How ``config``'s values decode, given its value schema in Arrow (json, or a
     registry's format with a DDL schema; None otherwise)."""
@@ -397,14 +420,15 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
     if config.value_format in REGISTRY_FORMATS:
         assert config.registry is not None
         if json_schema is None:
-            if config.value_registered is None:
+            registered = config.value_registered or subject_latest(config)
+            if registered is None:
                 raise ConfigError(
                     f"{config.value_format} values need columns: a DDL schema or the "
                     "subject's latest schema",
                     key="table.value.schema",
                 )
             struct = format_of(config.value_format).columns(
-                config.value_registered, client_for(config.registry), config.record_name
+                registered, client_for(config.registry), config.record_name
             )
             if not isinstance(struct, pa.StructType):
                 raise ConfigError(
@@ -457,4 +481,5 @@ def table_spec(config: TableConfig, json_schema: pa.Schema | None) -> DecodeSpec
         key_format=config.key_format,
         key_framed=key_framed,
         refuse=config.refuse,
+        select=config.select,
     )

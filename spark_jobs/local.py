@@ -41,6 +41,7 @@ __all__ = [
     "LocalFiles",
     "LocalTaskError",
     "LocalTasks",
+    "local_capable",
     "local_decode_spec",
 ]
 
@@ -54,16 +55,24 @@ class LocalTaskError(SinkError):
     """A task process of the local engine died; the batch is retried on a new pool."""
 
 
+def local_capable(config: TableConfig) -> bool:
+    """Whether the local engine can decode ``config``'s values: not with a transform, or
+    a JSON schema whose Arrow form ``ingest.ddl`` does not claim."""
+    if config.transform:
+        return False
+    if config.value_format in FIELD_FORMATS and config.value_schema:
+        return arrow_schema(config.value_schema) is not None
+    return True
+
+
 def local_decode_spec(config: TableConfig) -> DecodeSpec | None:
     """The decode spec of ``config`` without Spark, or None when only Spark can say it
-    (a transform, or a JSON schema whose Arrow form ``ingest.ddl`` does not claim)."""
-    if config.transform:
+    (``local_capable``)."""
+    if not local_capable(config):
         return None
     json_schema = None
     if config.value_format in FIELD_FORMATS and config.value_schema:
         json_schema = arrow_schema(config.value_schema)
-        if json_schema is None:
-            return None
     return table_spec(config, json_schema)
 
 

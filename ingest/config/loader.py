@@ -228,6 +228,7 @@ def _check_consistency(config: IngestConfig) -> None:
         )
     _check_maintenance(config)
     _check_uris(config)
+    _check_properties(config)
 
 
 # A scheme followed by one slash ("s3:/lake/t"): what Path() makes of "s3://lake/t"
@@ -254,6 +255,24 @@ def _check_uris(config: IngestConfig) -> None:
             )
 
 
+# The property whose expiry of txn entries breaks exactly-once for quiet partitions
+# (``ingest.sink.maintenance.TXN_RETENTION_PROPERTY`` refuses a table that has it).
+_TXN_RETENTION = "delta.setTransactionRetentionDuration"
+
+
+def _check_properties(config: IngestConfig) -> None:
+    owners = [("table.properties", config.table.properties)]
+    owners += [(f"route[{i}].properties", r.properties or {}) for i, r in enumerate(config.route)]
+    for key, properties in owners:
+        if _TXN_RETENTION in properties:
+            raise ConfigError(
+                f"{_TXN_RETENTION} would let the txn entries of quiet partitions expire, and "
+                "exactly-once with them: leave it unset",
+                path=config.path,
+                key=key,
+            )
+
+
 def _check_topics(config: IngestConfig) -> None:
     path, source = config.path, config.source
     if bool(source.topics) == bool(source.topic_pattern):
@@ -273,10 +292,12 @@ def _check_topics(config: IngestConfig) -> None:
     value = config.table.value
     registry = config.schema_registry
     by_topic = registry is not None and registry.subject_name_strategy != "record"
-    if value.format in REGISTRY_FORMATS and not value.schema and by_topic:
+    own_tables = "{topic}" in config.table.uri and not config.route
+    if value.format in REGISTRY_FORMATS and not value.schema and by_topic and not own_tables:
         raise ConfigError(
-            "with topic_pattern the columns cannot come from each topic's subject: set "
-            'table.value.schema, or subject_name_strategy "record"',
+            "with topic_pattern the columns cannot come from each topic's subject into one "
+            'table: set table.value.schema, subject_name_strategy "record", or a table per '
+            'topic (table.uri with "{topic}")',
             path=path,
             key="source.topic_pattern",
         )
@@ -298,6 +319,32 @@ def _check_routes(config: IngestConfig) -> None:
             raise ConfigError(
                 f"not a regular expression: {exc}", path=config.path, key=f"{key}.topics"
             ) from None
+        by = [name for name in ("header", "field") if getattr(route, name) is not None]
+        if len(by) > 1:
+            raise ConfigError(
+                "a route goes by a header or by a value field, not both",
+                path=config.path,
+                key=f"{key}.field",
+            )
+        if by and route.matches is None:
+            raise ConfigError(
+                f"a route by {by[0]} needs the regular expression its value matches",
+                path=config.path,
+                key=f"{key}.matches",
+            )
+        if route.matches is not None:
+            if not by:
+                raise ConfigError(
+                    "applies to a route by header or field (set one of them)",
+                    path=config.path,
+                    key=f"{key}.matches",
+                )
+            try:
+                re.compile(route.matches)
+            except re.error as exc:
+                raise ConfigError(
+                    f"not a regular expression: {exc}", path=config.path, key=f"{key}.matches"
+                ) from None
         value = route.value
         if value is not None and value.format in REGISTRY_FORMATS and not value.schema:
             raise ConfigError(

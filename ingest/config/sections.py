@@ -184,6 +184,12 @@ class TableSection:
     partition_by: list[Str] = Field(
         default_factory=list, description="The table's partition columns."
     )
+    properties: dict[Str, Str] = Field(
+        default_factory=dict,
+        description="Delta table properties of a table ingest creates, e.g. "
+        '{ "delta.logRetentionDuration" = "interval 30 days" }; a table that exists keeps '
+        "its own (delta.setTransactionRetentionDuration is refused).",
+    )
     transform: Str | None = Field(
         default=None, description="Spark SQL over the view `batch`, run on each batch."
     )
@@ -324,6 +330,24 @@ class RouteSection:
     topics: Str = Field(
         description='A regular expression a topic\'s whole name matches, e.g. "orders-.*".'
     )
+    header: Str | None = Field(
+        default=None,
+        description="Route each record by this header's value (UTF-8; a record without it "
+        "matches no such route): the route takes the records whose value `matches` matches.",
+    )
+    field: Str | None = Field(
+        default=None,
+        description="Route each record by this top-level field of its value read as JSON "
+        "(a string as it is, a number or boolean as its JSON text; absent, null or not "
+        "JSON matches no such route): the route takes the records whose field `matches` "
+        "matches.",
+    )
+    matches: Str | None = Field(
+        default=None,
+        description="With header or field: a regular expression the whole value matches, "
+        'e.g. "order(ed|_paid)". The records of a topic the route does not take go to the '
+        "next route that matches.",
+    )
     uri: DeltaUri | None = Field(
         default=None, description="Its Delta table ({topic} allowed); default table.uri."
     )
@@ -333,6 +357,7 @@ class RouteSection:
         default=None, description="table.tombstones."
     )
     partition_by: list[Str] | None = Field(default=None, description="table.partition_by.")
+    properties: dict[Str, Str] | None = Field(default=None, description="table.properties.")
     value: ValueSection | None = Field(default=None, description="[table.value].")
     key: KeySection | None = Field(default=None, description="[table.key].")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ingest.errors import ConfigError
-from ingest.registry import REGISTRY_FORMATS, RegisteredSchema, RegistrySettings
+from ingest.registry import REGISTRY_FORMATS, RegisteredSchema, RegistrySettings, subject_for
 from ingest.sink.storage import normalize_uri
 
 __all__ = [
@@ -30,7 +30,9 @@ __all__ = [
     "FIELD_FORMATS",
     "REGISTRY_FORMATS",
     "TOPIC_PLACEHOLDER",
+    "Condition",
     "Router",
+    "RowSelect",
     "TableConfig",
 ]
 
@@ -67,6 +69,36 @@ def _masked(options: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Condition:
+    """A [[route]]'s test of one record: the value of the header ``header`` (UTF-8), or
+    of the top-level field ``field`` of the value read as JSON (a string as it is, a
+    number or boolean as its JSON text), matched whole by the regular expression
+    ``matches``. A record without that header or field (or not JSON) fails it."""
+
+    header: str | None
+    field: str | None
+    matches: str
+
+    def __post_init__(self) -> None:
+        if (self.header is None) == (self.field is None):
+            raise ConfigError("a route goes by a header or by a value field", key="route")
+
+    def __str__(self) -> str:
+        what = f"header {self.header!r}" if self.header is not None else f"field {self.field!r}"
+        return f"{what} matching {self.matches!r}"
+
+
+@dataclass(frozen=True)
+class RowSelect:
+    """Which of a topic's records a table takes when routes go by header or field:
+    those that pass ``take`` (every record when None) and none of ``skip`` (the
+    conditions of the routes before it that the topic also matches)."""
+
+    take: Condition | None
+    skip: tuple[Condition, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class TableConfig:
     """One target table.
@@ -95,6 +127,11 @@ class TableConfig:
     on_registry_error: Literal["fail", "dead_letter"] = "fail"
     on_incompatible: Literal["fail", "dead_letter"] = "dead_letter"
     value_registered: RegisteredSchema | None = None
+    # A ``{topic}`` table whose columns come from each topic's own subject (the topic
+    # strategies, no DDL): the strategy; ``for_topic`` names the topic's subject, whose
+    # latest schema the engine reads at the table's first batch.
+    value_strategy: str | None = None
+    value_subject: str | None = None
     # Keys: "binary", "string" or a REGISTRY_FORMATS one, and its subject's latest schema.
     key_format: str = "binary"
     key_registered: RegisteredSchema | None = None
@@ -105,6 +142,8 @@ class TableConfig:
     transform: str | None = None
     transform_tables: Mapping[str, str] = field(default_factory=dict)
     partition_by: tuple[str, ...] = ()
+    # Delta table properties of a table ingest creates (an existing table keeps its own).
+    properties: Mapping[str, str] = field(default_factory=dict)
     date_column: str | None = None
     dead_letter_uri: str | None = None
     dead_letter_storage_options: Mapping[str, str] | None = None
@@ -112,6 +151,9 @@ class TableConfig:
     # topic no route matches, why its records are all dead letters.
     route: int | None = None
     refuse: str | None = None
+    # With routes by header or field: which of its topic's records the table takes
+    # (None: all of them).
+    select: RowSelect | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.uri, str) or not self.uri.strip():
@@ -123,6 +165,7 @@ class TableConfig:
         object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         object.__setattr__(self, "storage_options", dict(self.storage_options))
+        object.__setattr__(self, "properties", dict(self.properties))
         if self.mode == "upsert" and not self.merge_keys:
             raise ConfigError("upsert mode needs merge_keys", key="table.merge_keys")
         if self.mode == "append" and self.merge_keys:
@@ -194,10 +237,14 @@ class TableConfig:
         uri has no placeholder). Kafka's topic names ([a-zA-Z0-9._-]) need no escaping."""
         if not self.per_topic:
             return self
+        subject = None
+        if self.value_strategy is not None:
+            subject = subject_for(self.value_strategy, topic, self.record_name)
         return replace(
             self,
             uri=self.uri.replace(TOPIC_PLACEHOLDER, topic),
             dead_letter_uri=self.dead_letters.replace(TOPIC_PLACEHOLDER, topic),
+            value_subject=subject,
         )
 
     @property
@@ -230,30 +277,66 @@ class TableConfig:
 
 @dataclass(frozen=True)
 class Router:
-    """Which table each topic lands in: the first of ``routes`` (a regular expression of
-    the whole topic name, the route's table) that matches, its ``{topic}`` filled in;
-    without routes, ``default``. With routes, a topic none matches lands nowhere: its
-    records are dead letters (``refuse``), its txn versions kept in ``default``."""
+    """Which table each record lands in: the first of ``routes`` (a regular expression of
+    the whole topic name, the route's table, and a ``Condition`` on the record or None)
+    that matches, its ``{topic}`` filled in; without routes, ``default``. With routes, a
+    record none matches lands nowhere: it is a dead letter (``refuse``), and its
+    partition's txn versions are kept in ``default``."""
 
     default: TableConfig
-    routes: tuple[tuple[str, TableConfig], ...] = ()
+    routes: tuple[tuple[str, TableConfig, Condition | None], ...] = ()
 
     @property
     def per_topic(self) -> bool:
         return bool(self.routes) or self.default.per_topic
 
-    def for_topic(self, topic: str) -> TableConfig:
-        for pattern, table in self.routes:
-            if re.fullmatch(pattern, topic):
-                return table.for_topic(topic)
-        if self.routes:
+    def tables_for(self, topic: str) -> tuple[TableConfig, ...]:
+        """The tables ``topic``'s records land in. One, taking every record, unless
+        routes go by header or field: then each route that matches the topic, up to
+        the first without a condition, takes its records (``select``), and when every
+        such route has a condition, ``default`` takes the rest as dead letters. Two of
+        them naming one table is refused (one table holds one txn version per
+        partition)."""
+        taken: list[TableConfig] = []
+        skip: list[Condition] = []
+        for pattern, table, condition in self.routes:
+            if not re.fullmatch(pattern, topic):
+                continue
+            chosen = table.for_topic(topic)
+            if condition is None and not skip:
+                return (chosen,)
+            taken.append(replace(chosen, select=RowSelect(condition, tuple(skip))))
+            if condition is None:
+                break
+            skip.append(condition)
+        else:
+            if not self.routes:
+                return (self.default.for_topic(topic),)
             why = f"no [[route]] matches topic {topic!r}"
-            return replace(self.default.for_topic(topic), refuse=why)
-        return self.default.for_topic(topic)
+            if skip:
+                why = f"no [[route]] matches this record of topic {topic!r}"
+            refused = replace(self.default.for_topic(topic), refuse=why)
+            if skip:
+                refused = replace(refused, select=RowSelect(None, tuple(skip)))
+            taken.append(refused)
+        uris = [normalize_uri(t.uri) for t in taken]
+        for uri in uris:
+            if uris.count(uri) > 1:
+                raise ConfigError(
+                    f"two [[route]]s send records of topic {topic!r} to the table {uri}: "
+                    "routes by header or field that share a topic need tables of their own",
+                    key="route",
+                )
+        return tuple(taken)
+
+    def for_topic(self, topic: str) -> TableConfig:
+        """The first of ``tables_for(topic)``: its only table, unless routes go by
+        header or field."""
+        return self.tables_for(topic)[0]
 
     def tables(self) -> tuple[TableConfig, ...]:
         """The default table and each route's (templates unfilled)."""
-        return (self.default, *(table for _, table in self.routes))
+        return (self.default, *(table for _, table, _ in self.routes))
 
 
 def check_changes(mode: str, value_format: str, envelope: str, tombstones: object) -> None:

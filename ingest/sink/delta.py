@@ -172,12 +172,15 @@ class DeltaTarget:
         location: TableLocation,
         *,
         partition_by: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
         max_attempts: int = 20,
         backoff_seconds: float = 0.05,
         max_backoff_seconds: float = 2.0,
     ) -> None:
         self.location = location
         self.partition_by = tuple(partition_by)
+        # The table properties (``delta.*`` configuration) a table created here gets.
+        self.properties = dict(properties or {})
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
@@ -221,7 +224,8 @@ class DeltaTarget:
     # -- committing --------------------------------------------------------------------
 
     def create_empty(self, schema: pa.Schema) -> None:
-        """Creates the table with no data and no txn, or finds it created by a rival.
+        """Creates the table with no data and no txn, its partitioning and its
+        ``properties``, or finds it created by a rival (whose properties it keeps).
 
         Data never rides in the creating commit: when two writers create the same table
         at once, delta-rs rebases the loser's create onto the winner's without checking
@@ -235,6 +239,7 @@ class DeltaTarget:
                 [],
                 mode="error",
                 partition_by=list(self.partition_by) or None,
+                configuration=self.properties or None,
                 storage_options=self.location.delta_options(),
                 commit_properties=CommitProperties(max_commit_retries=0),
             )

@@ -35,13 +35,18 @@ their tests.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from deltalake import DeltaTable
+import pyarrow as pa
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import DeltaError
+from deltalake.transaction import create_table_with_add_actions
 
-from ingest.errors import SinkError
+from ingest.errors import ConfigError, SinkError
 
 __all__ = [
     "FEATURES",
@@ -50,6 +55,7 @@ __all__ = [
     "UnsupportedTableFeature",
     "active_features",
     "check_table",
+    "probe_properties",
 ]
 
 Use = Literal["append", "upsert", "rewrite"]
@@ -311,3 +317,29 @@ def check_table(uri: str, table: DeltaTable | None, use: Use) -> None:
             + "; ".join(problems)
             + " (docs/delta-compat.md lists what each mode supports)"
         )
+
+
+@contextmanager
+def probe_properties(
+    uri: str, properties: Mapping[str, str], partition_by: Sequence[str] = ()
+) -> Iterator[DeltaTable]:
+    """The table ``uri`` would be when ingest creates it with ``properties``: created
+    empty in a temporary directory for the ``with`` block, so that the caller can check
+    its features before the first batch. ``ConfigError`` (key ``table.properties``) when
+    delta-rs refuses a property: it takes only the ``delta.*`` properties it knows."""
+    schema = pa.schema([pa.field(c, pa.string()) for c in (*partition_by, "offset")])
+    with tempfile.TemporaryDirectory(prefix="ingest-probe-") as probe:
+        try:
+            create_table_with_add_actions(
+                probe,
+                Schema.from_arrow(schema),
+                [],
+                partition_by=list(partition_by) or None,
+                configuration=dict(properties),
+            )
+        except DeltaError as exc:
+            raise ConfigError(
+                f"{uri}: delta-rs cannot create the table with these properties: {exc}",
+                key="table.properties",
+            ) from None
+        yield DeltaTable(probe)

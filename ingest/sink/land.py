@@ -238,7 +238,9 @@ class _Landing:
         self.batch = batch
         self.config = config
         self.main = DeltaTarget(
-            TableLocation.of(config.uri, config.storage_options), partition_by=config.partition_by
+            TableLocation.of(config.uri, config.storage_options),
+            partition_by=config.partition_by,
+            properties=config.properties,
         )
         self.dead = DeltaTarget(TableLocation.of(config.dead_letters, config.dead_letter_options))
         self.apps = {key: app_id(config.uri, config.group, *key) for key in batch.partitions()}

@@ -98,7 +98,9 @@ class Batcher:
             Batch(
                 table,
                 part.segments(),
-                part.corrupt(),
+                # A partition in several tables: its corrupt ranges are dead letters of
+                # the first only (the one no earlier route's condition skips).
+                part.corrupt() if table.select is None or not table.select.skip else (),
                 segment_storage_options=self.store.config.storage_options,
                 overwrite=overwrite,
             )
@@ -131,7 +133,8 @@ class Batcher:
 
     def _by_table(self, selection: Selection) -> list[tuple[TableConfig, Selection]]:
         """The selection split by the table each partition lands in (one part, the
-        table, without a ``{topic}`` uri)."""
+        table, without a ``{topic}`` uri); with routes by header or field, a partition
+        is in each part whose table takes some of its records (``Router.tables_for``)."""
         if not self.table.per_topic:
             return [(self.table.default, selection)]
         topics = sorted({p.topic for p in selection.items})
@@ -140,12 +143,13 @@ class Batcher:
                 if self.on_new_table is not None:
                     self.on_new_table(topic)
                 self.topics_seen.add(topic)
-        parts: dict[str, tuple[TableConfig, dict[Partition, Any]]] = {}
+        parts: dict[tuple[Any, ...], tuple[TableConfig, dict[Partition, Any]]] = {}
         for topic in topics:
-            table = self.table.for_topic(topic)
-            key = f"{table.uri}\0{table.refuse}"  # topics of one table land together
-            items = parts.setdefault(key, (table, {}))[1]
-            items.update({p: i for p, i in selection.items.items() if p.topic == topic})
+            for table in self.table.tables_for(topic):
+                # The topics of one table and route land together, in one commit.
+                key = (table.uri, table.route, table.refuse, table.select)
+                items = parts.setdefault(key, (table, {}))[1]
+                items.update({p: i for p, i in selection.items.items() if p.topic == topic})
         return [(table, Selection(items)) for table, items in parts.values()]
 
 
@@ -162,7 +166,7 @@ def merged(results: list[BatchResult]) -> BatchResult:
     return BatchResult(
         table_version=last.table_version,
         dead_letter_version=last.dead_letter_version,
-        durable_offsets={p: o for r in results for p, o in r.durable_offsets.items()},
+        durable_offsets=_lowest([r.durable_offsets for r in results]),
         rows_written=sum(r.rows_written for r in results),
         dead_letters=sum(r.dead_letters for r in results),
         stage_seconds=stages,
@@ -172,6 +176,19 @@ def merged(results: list[BatchResult]) -> BatchResult:
         replaced_rows=sum(r.replaced_rows for r in results),
         deleted_rows=sum(r.deleted_rows for r in results),
     )
+
+
+def _lowest(offsets: list[Mapping[Partition, int | None]]) -> dict[Partition, int | None]:
+    """Per partition, the lowest durable offset over the tables it landed in (None when
+    one of them holds none): a partition routed by header or field is in several."""
+    found: dict[Partition, list[int | None]] = {}
+    for landed in offsets:
+        for partition, offset in landed.items():
+            found.setdefault(partition, []).append(offset)
+    return {
+        p: None if None in values else min(v for v in values if v is not None)
+        for p, values in found.items()
+    }
 
 
 def owner_of(

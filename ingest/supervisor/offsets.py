@@ -170,18 +170,28 @@ def txn_versions(
     table: TableConfig | Router, partitions: Iterable[Partition]
 ) -> dict[Partition, int | None]:
     """Per partition, the last offset durable in its table (None: none yet); with a
-    ``{topic}`` uri, each topic's own table."""
+    ``{topic}`` uri, each topic's own table; with routes by header or field, the lowest
+    over the tables its records land in (None when one of them holds none)."""
     by_table: dict[str, tuple[TableConfig, list[Partition]]] = {}
     for partition in sorted(set(partitions)):
-        target = table.for_topic(partition.topic)
-        by_table.setdefault(target.uri, (target, []))[1].append(partition)
-    found: dict[Partition, int | None] = {}
+        targets = (
+            table.tables_for(partition.topic)
+            if isinstance(table, Router)
+            else (table.for_topic(partition.topic),)
+        )
+        for target in targets:
+            by_table.setdefault(target.uri, (target, []))[1].append(partition)
+    found: dict[Partition, list[int | None]] = {}
     for target, mine in by_table.values():
         apps = {p: app_id(target.uri, target.group, p.topic, p.partition) for p in mine}
         location = TableLocation.of(target.uri, target.storage_options)
         versions = DeltaTarget(location).versions(list(apps.values()))
-        found.update({p: versions[apps[p]] for p in mine})
-    return found
+        for p in mine:
+            found.setdefault(p, []).append(versions[apps[p]])
+    return {
+        p: None if None in versions else min(v for v in versions if v is not None)
+        for p, versions in found.items()
+    }
 
 
 def start_offset(committed: int | None, durable: int | None) -> int | None:

@@ -31,7 +31,7 @@ from ingest.registry import (
     client_for,
     subject_for,
 )
-from ingest.sink.config import Router, TableConfig
+from ingest.sink.config import TOPIC_PLACEHOLDER, Condition, Router, TableConfig
 from ingest.sink.maintenance import UpkeepSettings
 from ingest.sink.storage import s3_filesystem_options
 from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
@@ -226,6 +226,7 @@ def table_config(
         on_registry_error=on_error,
         on_incompatible=table.value.on_incompatible,
         value_registered=value_registered,
+        value_strategy=_subject_per_topic(config),
         key_format=table.key.format,
         key_registered=key_registered,
         key_record_name=table.key.record_name,
@@ -234,8 +235,25 @@ def table_config(
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
         partition_by=tuple(table.partition_by),
+        properties=dict(table.properties),
         dead_letter_uri=config.dead_letter_uri(),
     )
+
+
+def _subject_per_topic(config: IngestConfig) -> str | None:
+    """The subject strategy when each ``{topic}`` table takes its columns from its own
+    topic's subject (a registry format without a DDL, the topic strategies, no routes)."""
+    section, value = config.schema_registry, config.table.value
+    if (
+        section is None
+        or value.format not in REGISTRY_FORMATS
+        or value.schema
+        or section.subject_name_strategy == "record"
+        or TOPIC_PLACEHOLDER not in config.table.uri
+        or config.route
+    ):
+        return None
+    return section.subject_name_strategy
 
 
 def table_router(
@@ -260,7 +278,12 @@ def table_router(
             raise ConfigError(
                 f"[[route]] {index} ({route.topics!r}): {exc}", path=config.path, key="route"
             ) from None
-        routes.append((route.topics, table))
+        condition = (
+            None
+            if route.matches is None
+            else Condition(header=route.header, field=route.field, matches=route.matches)
+        )
+        routes.append((route.topics, table, condition))
     return Router(default, tuple(routes))
 
 
@@ -285,6 +308,9 @@ def _route_table(
         tombstones=route.tombstones or config.table.tombstones,
         partition_by=tuple(
             route.partition_by if route.partition_by is not None else config.table.partition_by
+        ),
+        properties=dict(
+            route.properties if route.properties is not None else config.table.properties
         ),
         value_format=value.format,
         value_schema=value.schema,
@@ -319,9 +345,10 @@ def registry_settings(config: IngestConfig) -> RegistrySettings | None:
 
 def latest_value_schema(config: IngestConfig) -> RegisteredSchema | None:
     """The columns' schema when ``table.value.schema`` does not give them: the latest
-    schema of each topic's subject, which must agree (None when not needed)."""
+    schema of each topic's subject, which must agree (None when not needed, or when each
+    ``{topic}`` table reads its own subject's at its first batch)."""
     value = config.table.value
-    if value.format not in REGISTRY_FORMATS or value.schema:
+    if value.format not in REGISTRY_FORMATS or value.schema or _subject_per_topic(config):
         return None
     return _latest(config, key=False)
 

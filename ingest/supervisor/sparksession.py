@@ -416,13 +416,14 @@ class SparkProvider:
 class LocalEngine:
     """The local engine's pool, warmed on a background thread like a session."""
 
-    def __init__(self, cores: int, spec: Any) -> None:
+    def __init__(self, cores: int) -> None:
         from spark_jobs.local import LocalTasks
 
         self.tasks = LocalTasks(cores)
-        self.spec = spec
-        # Per [[route]] (and per topic no route takes): the route's own decode spec.
-        self._specs: dict[tuple[int | None, str | None], Any] = {(None, None): spec}
+        # Per [[route]] (and per topic no route takes, per record selection, per topic
+        # subject of a {topic} table): that table's own decode spec, built at its first
+        # batch.
+        self._specs: dict[tuple[Any, ...], Any] = {}
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -434,16 +435,17 @@ class LocalEngine:
         if section.engine == "spark":
             return None
         from ingest.processes import TASK_MODULES, preload_in_fork_server
-        from spark_jobs.local import local_decode_spec
+        from spark_jobs.local import local_capable, local_decode_spec
 
         cores = local_cores(section.master)
-        spec = local_decode_spec(table)
-        if spec is not None and any(local_decode_spec(t) is None for t in tables):
-            spec = None
-        if cores is not None and spec is not None:
+        capable = all(local_capable(t) for t in (table, *tables))
+        if cores is not None and capable:
+            for checked in (table, *tables):  # refused here rather than at a first batch
+                if checked.value_strategy is None:
+                    local_decode_spec(checked)
             preload_in_fork_server(*TASK_MODULES)
             log.info("batches run on the local engine (%d task processes, no JVM)", cores)
-            return cls(cores, spec)
+            return cls(cores)
         if section.engine == "local":
             why = (
                 f"spark.master {section.master!r} is not local"
@@ -483,7 +485,7 @@ class LocalEngine:
         if self._thread is not None:
             self._thread.join()
         table = batch.table
-        key = (table.route, table.refuse)
+        key = (table.route, table.refuse, table.select, table.value_subject)
         spec = self._specs.get(key)
         if spec is None:
             spec = local_decode_spec(table)

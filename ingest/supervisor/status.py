@@ -35,6 +35,7 @@ from ingest.sink.txn import app_id
 from ingest.sink.txnlog import txn_times
 from ingest.supervisor.metrics import Metrics
 from ingest.supervisor.offsets import (
+    EndMarks,
     as_offsets,
     committed_offsets,
     describe_group,
@@ -106,27 +107,39 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
         marks = end_marks(cluster, partitions, settings)
         description = describe_group(cluster, group)
     durable = txn_versions(table, partitions)
-    # Each topic's own table with a {topic} uri; else one table for all.
-    tables = {p.topic: table.for_topic(p.topic) for p in partitions}
+    # Each topic's own table with a {topic} uri; else one table for all. With routes
+    # by header or field, a topic's records land in several: the first is its table,
+    # and each one's lag counts from its own txn version.
+    tables = {p.topic: table.tables_for(p.topic) for p in partitions}
     lasts: dict[str, dict[str, Any] | None] = {}
     landed_at: dict[Partition, str | None] = {}
-    for target in {t.uri: t for t in tables.values()}.values():
+    table_lag: dict[str, int] = {}
+    for target in {t.uri: t for ts in tables.values() for t in ts}.values():
         options = dict(target.storage_options)
         lasts[target.uri] = last = _last_commit(target.uri, options)
-        mine = [p for p in partitions if tables[p.topic].uri == target.uri]
-        landed_at.update(
+        mine = [p for p in partitions if target.uri in {t.uri for t in tables[p.topic]}]
+        times = (
             _partition_times(target.uri, options, group, mine)
             if last is not None
             else dict.fromkeys(mine)
         )
+        own = txn_versions(target, mine)
+        table_lag[target.uri] = sum(
+            _end(marks[p], settings.read_committed) - (start_offset(committed[p], own[p]) or 0)
+            for p in mine
+        )
+        for p in mine:
+            if tables[p.topic][0].uri == target.uri:
+                landed_at[p] = times[p]
     rows = []
     for partition in partitions:
         resume = start_offset(committed[partition], durable[partition])
         mark = marks[partition]
-        end = mark.last_stable_offset if settings.read_committed else mark.high_watermark
+        end = _end(mark, settings.read_committed)
         rows.append(
             {
-                "table": tables[partition.topic].uri,
+                "table": tables[partition.topic][0].uri,
+                "tables": [t.uri for t in tables[partition.topic]],
                 "topic": partition.topic,
                 "partition": partition.partition,
                 "committed": committed[partition],
@@ -167,7 +180,7 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
             {
                 "uri": uri,
                 "last_commit": lasts[uri],
-                "lag": sum(r["lag"] for r in rows if r["table"] == uri),
+                "lag": table_lag[uri],
             }
             for uri in sorted(lasts)
         ],
@@ -176,6 +189,10 @@ def collect_status(config: IngestConfig) -> dict[str, Any]:
         "lag_against": "last_stable_offset" if settings.read_committed else "high_watermark",
         "held_back": {str(p): m.held_back for p, m in marks.items() if m.held_back},
     }
+
+
+def _end(mark: EndMarks, read_committed: bool) -> int:
+    return mark.last_stable_offset if read_committed else mark.high_watermark
 
 
 _COLUMNS = (

@@ -24,11 +24,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from deltalake import DeltaTable
+
 from ingest.config import IngestConfig
 from ingest.errors import ConfigError, IngestError
 from ingest.logs import event
-from ingest.sink.config import WriteMode
-from ingest.sink.features import check_table
+from ingest.sink.config import TableConfig, WriteMode
+from ingest.sink.features import check_table, probe_properties
 from ingest.sink.maintenance import Upkeep, check_txn_retention, load_table, maintain
 from ingest.sink.storage import TableLocation
 from ingest.supervisor.settings import table_router, upkeep_settings
@@ -47,32 +49,55 @@ def _locations(config: IngestConfig, topics: Iterable[str] = ()) -> list[TableLo
 def _tables(config: IngestConfig, topics: Iterable[str]) -> list[tuple[TableLocation, WriteMode]]:
     """Each table once, with the writes it takes: its table's mode, or "append" for a
     dead-letter table."""
+    return [(location, mode) for location, mode, _ in _configured(config, topics)]
+
+
+def _configured(
+    config: IngestConfig, topics: Iterable[str]
+) -> list[tuple[TableLocation, WriteMode, TableConfig | None]]:
+    """Each table once, with its mode and its config (None: a dead-letter table)."""
     router = table_router(config)
     chosen = sorted(set(topics))
-    tables = [router.for_topic(t) for t in chosen] if router.per_topic else [router.default]
-    found: dict[str, tuple[TableLocation, WriteMode]] = {}
+    tables = (
+        [table for t in chosen for table in router.tables_for(t)]
+        if router.per_topic
+        else [router.default]
+    )
+    found: dict[str, tuple[TableLocation, WriteMode, TableConfig | None]] = {}
     for table in tables:
         location = TableLocation.of(table.uri, table.storage_options)
-        found.setdefault(location.uri, (location, table.mode))
+        found.setdefault(location.uri, (location, table.mode, table))
     for table in tables:
         location = TableLocation.of(table.dead_letters, table.dead_letter_options)
-        found.setdefault(location.uri, (location, "append"))
+        found.setdefault(location.uri, (location, "append", None))
     return list(found.values())
 
 
 def check_tables(config: IngestConfig, *, writing: bool = True, topics: Iterable[str] = ()) -> None:
     """Refuses a target table (or dead-letter table) whose txn entries expire, or one
     using a Delta feature ingest cannot honour (``ingest.sink.features``): for the
-    writes of the table's mode (``writing``), and for compaction when upkeep compacts."""
+    writes of the table's mode (``writing``), and for compaction when upkeep compacts.
+    A table not created yet is checked as its ``table.properties`` would make it."""
     upkeep = config.maintenance
     compacting = upkeep.compact and (upkeep.enabled or not writing)
-    for location, use in _tables(config, topics):
+    for location, use, target in _configured(config, topics):
         table = load_table(location)
+        if table is None and target is not None and target.properties:
+            # Not created yet: the table its properties would make, checked alike.
+            with probe_properties(location.uri, target.properties, target.partition_by) as made:
+                _check_uses(location.uri, made, use, writing, compacting)
+            continue
         check_txn_retention(location, table)
-        if writing:
-            check_table(location.uri, table, use)
-        if compacting:
-            check_table(location.uri, table, "rewrite")
+        _check_uses(location.uri, table, use, writing, compacting)
+
+
+def _check_uses(
+    uri: str, table: DeltaTable | None, use: WriteMode, writing: bool, compacting: bool
+) -> None:
+    if writing:
+        check_table(uri, table, use)
+    if compacting:
+        check_table(uri, table, "rewrite")
 
 
 def maintain_tables(config: IngestConfig, topics: Iterable[str] = ()) -> list[Upkeep]:

@@ -253,6 +253,9 @@ class PartitionFetcher:
             session_id=session_id,
             epoch=epoch,
             include=include,
+            # A fetch toward an end takes what there is: waiting for min_bytes near the
+            # end would only hold the run up for max_wait.
+            min_bytes=1 if self.end_offset is not None else None,
             current_leader_epoch=leader_epoch,
         )
         timeout = self.cluster.config.request_timeout + self.settings.max_wait_ms / 1000

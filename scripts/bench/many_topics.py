@@ -534,6 +534,7 @@ class Run:
                 },
                 "spark": {"engine": "local"},
                 "trigger": {"max_age": f"{args.trigger:g}s"},
+                **({"fetch": {"min_bytes": args.fetch_min_bytes}} if args.fetch_min_bytes else {}),
             },
         )
         out = open(self.log.path, "w")  # noqa: SIM115 (closed in stop)
@@ -863,6 +864,9 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=60.0, help="s of samples")
     parser.add_argument("--sample", type=float, default=4.0, help="s between samples")
     parser.add_argument("--nofile", type=int, help="the supervisor's soft RLIMIT_NOFILE")
+    parser.add_argument(
+        "--fetch-min-bytes", help='fetch.min_bytes, e.g. "64KiB" (default: the product\'s)'
+    )
     parser.add_argument("--min-free-gib", type=float, default=4.0)
     parser.add_argument("--max-load", type=float, help="wait for a 1-min load below this")
     parser.add_argument("--load-wait", type=float, default=900.0)

@@ -73,7 +73,8 @@ def first_commit_trials(base_uri: str, me: int, trials: int, barrier: Any, resul
     offsets of partition 0, at the same moment. Reports (me, trial, committed)."""
     for trial in range(trials):
         uri = f"{base_uri}/t{trial}"
-        target = DeltaTarget(TableLocation.of(uri), backoff_seconds=0.01)
+        properties = {"delta.logRetentionDuration": f"interval {60 + me} days"}
+        target = DeltaTarget(TableLocation.of(uri), properties=properties, backoff_seconds=0.01)
         app = app_id(uri, GROUP, TOPIC, 0)
         files = write_data_files(rows(0, 0, ROWS_PER_ROUND), target.location, name=f"p{me}")
         barrier.wait()

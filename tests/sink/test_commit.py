@@ -233,6 +233,14 @@ def test_two_writers_creating_a_table_at_once_land_each_offset_once(tmp_path: Pa
         assert len(winners) == 1, f"trial {trial}: committed by {winners}"
         on_disk = {str(p) for p in Path(uri).rglob("*.parquet")}
         assert on_disk == set(DeltaTable(uri).file_uris()), f"trial {trial}: orphaned files"
+        # One table, created once with the properties of the one that created it.
+        configuration = DeltaTable(uri).metadata().configuration
+        assert configuration["delta.logRetentionDuration"] in (
+            "interval 60 days",
+            "interval 61 days",
+        )
+        creates = [h for h in DeltaTable(uri).history() if h.get("operation") == "CREATE TABLE"]
+        assert len(creates) == 1, f"trial {trial}: {creates}"
 
 
 def test_a_file_written_outside_describes_itself_in_its_footer(tmp_path: Path) -> None:
