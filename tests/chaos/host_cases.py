@@ -28,7 +28,7 @@ from typing import Any
 from ingest.faults import fault_point_env
 from ingest.testing import KafkaCluster, create_topic, unique_name
 from ingest.testing.apache_kafka import wait_for_leaders
-from ingest.testing.faults import WORKER_PROCESS_NAME, process_tree
+from ingest.testing.faults import WORKER_PROCESS_NAME
 from ingest.testing.netns import Host, HostNetwork
 from tests.chaos.pieces import (
     PARTITIONS,
@@ -220,7 +220,9 @@ def two_hosts_share(site: HostSite, work: Path, seed: int) -> Outcome:
         shares = {"A": assignment(a), "B": assignment(b)}
         outcome.notes.append(f"A owns {shares['A']}, B owns {shares['B']}")
         for label, run in (("A", a), ("B", b)):
-            rows = sum(int(n) for n in re.findall(r"event=batch_committed .*?rows=(\d+)", run.text()))
+            rows = sum(
+                int(n) for n in re.findall(r"event=batch_committed .*?rows=(\d+)", run.text())
+            )
             outcome.notes.append(f"{label} landed {rows} rows")
             if rows == 0 or not shares[label]:
                 outcome.problems.append(f"host {label} landed nothing or owns nothing")
@@ -252,7 +254,9 @@ def host_cut(site: HostSite, work: Path, seed: int) -> Outcome:
     stall = round(rng.uniform(22.0, 28.0), 1)
     delay = round(rng.uniform(0.0, 0.5), 3)
     setup = prepare_on(site, work, name)
-    outcome = Outcome(name, seed, f"A held at before_delta_commit #{nth} for {stall}s, cut +{delay}s")
+    outcome = Outcome(
+        name, seed, f"A held at before_delta_commit #{nth} for {stall}s, cut +{delay}s"
+    )
     host_a = site.supervisor("sup-a")
     env_a = fault_point_env("before_delta_commit", nth, stall=stall)
     pair = _start_pair(site, setup, env_a)
