@@ -12,7 +12,9 @@
 
 The names carry the process id and a random tag, so sessions running side by side do not
 meet. ``stop()`` (also at interpreter exit, and from ``with``) deletes every namespace
-it made; the veth pairs and the bridge go with them. Only the filesystem is shared: a
+it made; the veth pairs and the bridge go with them. A process killed before its teardown
+leaves them behind: the next ``start()`` deletes those whose process is gone
+(``remove_stale``). Only the filesystem is shared: a
 table path or a config file reads the same on every host; only the network differs.
 
 What a test does with a host (a ``Host``):
@@ -38,6 +40,7 @@ import ctypes
 import ipaddress
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -49,7 +52,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from ingest.errors import HarnessError
 
-__all__ = ["Host", "HostNetwork", "unavailable"]
+__all__ = ["Host", "HostNetwork", "remove_stale", "unavailable"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -58,6 +61,8 @@ _CLONE_NEWNET = 0x40000000
 _NETNS_DIR = "/run/netns"
 _IP_TIMEOUT_S = 20.0
 _SUBNET_DRAWS = 64
+# ingest-<pid>-<tag>-<host index or br>: the names HostNetwork gives by default.
+_OWN_NAME = re.compile(r"^ingest-(\d+)-[0-9a-f]{4}-(\d+|br)$")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -96,6 +101,21 @@ def unavailable() -> str | None:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             _ip("netns", "del", probe, check=False)
     return None
+
+
+def remove_stale() -> list[str]:
+    """Deletes the namespaces a ``HostNetwork`` of a process no longer running left behind
+    (killed before its teardown); returns their names. Only names of our own form, and
+    only when their process id is not in use."""
+    removed = []
+    for line in _ip("netns", "list").stdout.split("\n"):
+        name = line.split()[0] if line.strip() else ""
+        found = _OWN_NAME.match(name)
+        if found is None or os.path.exists(f"/proc/{found.group(1)}"):
+            continue
+        if _ip("netns", "del", name, check=False).returncode == 0:
+            removed.append(name)
+    return removed
 
 
 def _networks_in_use() -> list[ipaddress.IPv4Network]:
@@ -229,6 +249,7 @@ class HostNetwork:
         if reason is not None:
             raise HarnessError(f"cannot make hosts: {reason}")
         atexit.register(self.stop)
+        remove_stale()
         try:
             self.subnet = _free_subnet(self.rng)
             addresses = list(self.subnet.hosts())
