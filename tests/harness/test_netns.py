@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -72,6 +73,14 @@ def test_hosts_talk_over_the_bridge_and_a_cut_drops_the_link() -> None:
         made = {h.namespace for h in network.hosts.values()} | {network.bridge_namespace}
         assert made <= _namespaces()
     assert not made & _namespaces()
+
+
+def test_the_fixture_makes_hosts_and_leaves_none(
+    host_network: Callable[[list[str]], HostNetwork],
+) -> None:
+    network = host_network(["x", "y"])
+    assert network["x"].call(socket.gethostbyname, "localhost") == "127.0.0.1"
+    assert {h.namespace for h in network.hosts.values()} <= _namespaces()
 
 
 def test_a_failing_test_still_removes_every_namespace() -> None:
