@@ -336,7 +336,10 @@ def host_cut(site: HostSite, work: Path, seed: int) -> Outcome:
         if not _land_all(setup, pair.runs, 120):
             outcome.problems.append(f"the table held {row_count(setup.table)} of {setup.produced}")
         pair.stop(outcome)
-        _judge_cut(outcome, point, _after(a, at_cut[0]), _after(b, at_cut[1]), b_until_back)
+        landed_first = seen.get("landed", 1e9) < seen.get("held", 1e9)
+        _judge_cut(
+            outcome, point, _after(a, at_cut[0]), _after(b, at_cut[1]), b_until_back, landed_first
+        )
     finally:
         producer.stop()
         if host_a.is_cut():
@@ -360,10 +363,13 @@ def _commits(text: str) -> list[dict[str, int]]:
     ]
 
 
-def _judge_cut(outcome: Outcome, point: str, a_text: str, b_text: str, b_cut: str) -> None:
+def _judge_cut(
+    outcome: Outcome, point: str, a_text: str, b_text: str, b_cut: str, landed_first: bool
+) -> None:
     """What A's and B's logs say after the cut: no commit of A's lands below what B
     committed while A was cut off (a commit from A's books of its old generation, sent
-    in its new one), and the txn filter refused what was landed twice."""
+    in its new one), and when B had landed every record before A's hold ended, A's late
+    Delta commit added no row (the txn filter refused it all)."""
     b_committed: dict[str, int] = {}
     for offsets in _commits(b_cut):
         for partition, offset in offsets.items():
@@ -391,6 +397,10 @@ def _judge_cut(outcome: Outcome, point: str, a_text: str, b_text: str, b_cut: st
             outcome.problems.append("A's held batch never reported its commit")
         else:
             outcome.notes.append(f"A's late commit added {late.group(1)} rows")
+            if landed_first and int(late.group(1)) > 0:
+                outcome.problems.append(
+                    f"A's late commit added {late.group(1)} rows after B had landed every record"
+                )
 
 
 HOST_CASES: dict[str, Callable[[HostSite, Path, int], Outcome]] = {

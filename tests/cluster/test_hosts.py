@@ -1,12 +1,12 @@
 """Several hosts on one machine (``ingest.testing.netns``): a 3-node Apache Kafka on three
 network-namespace hosts, two ``ingest run`` supervisors on two more (see
 ``tests/chaos/host_cases.py``). Marker ``cluster``: ``scripts/test -m cluster``; skipped,
-naming the reason, where namespaces cannot be made.
+naming the reason, where namespaces cannot be made. The ``host-cut`` campaign over many
+seeds: ``scripts/chaos host-cut --seed 0 --runs 10`` (docs/reliability.md).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +28,6 @@ from tests.supervisor.support import (
 )
 
 pytestmark = pytest.mark.cluster
-
-CHAOS_RUNS = int(os.environ.get("CHAOS_RUNS", "10"))
 
 
 @pytest.fixture(scope="module")
@@ -82,14 +80,7 @@ def test_two_hosts_share_the_partitions_exactly(site: HostSite, tmp_path: Path) 
 
 
 def test_a_cut_off_host_lands_nothing_twice(site: HostSite, tmp_path: Path) -> None:
-    outcome = host_cut(site, tmp_path, 0)
-    print(outcome.line())
-    assert outcome.passed, outcome.line()
-
-
-@pytest.mark.chaos
-@pytest.mark.parametrize("seed", range(CHAOS_RUNS))
-def test_host_cut_chaos(site: HostSite, tmp_path: Path, seed: int) -> None:
-    outcome = host_cut(site, tmp_path, seed)
+    # Seed 1: held before its Delta commit, which comes after B landed every record.
+    outcome = host_cut(site, tmp_path, 1)
     print(outcome.line())
     assert outcome.passed, outcome.line()
