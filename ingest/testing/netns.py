@@ -207,8 +207,10 @@ class Host:
         _ip("-n", self.network.bridge_namespace, "link", "set", self.peer, "up")
 
     def is_cut(self) -> bool:
+        """Whether the bridge's end of the link is down (its flags lack UP)."""
         shown = _ip("-n", self.network.bridge_namespace, "-o", "link", "show", self.peer).stdout
-        return "state DOWN" in shown or ",UP" not in shown.replace("<UP", ",UP")
+        flags = shown.partition("<")[2].partition(">")[0].split(",")
+        return "UP" not in flags
 
     def __repr__(self) -> str:
         return f"Host({self.name!r}, {self.address}, netns {self.namespace})"
