@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from ingest.testing.netns import HostNetwork, remove_stale, unavailable
+from ingest.testing.s3 import S3Server
 
 REASON = unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no namespace hosts: {REASON}")
@@ -119,3 +120,33 @@ def test_without_the_capabilities_hosts_are_unavailable_with_the_reason() -> Non
     )
     assert done.returncode == 0, done.stderr
     assert "ip netns add failed" in done.stdout and "not permitted" in done.stdout
+
+
+def test_seaweedfs_on_a_host_serves_the_others_until_cut() -> None:
+    with HostNetwork(["s3", "client"]) as network:
+        server = S3Server(on=network["s3"]).start()
+        try:
+            assert server.host == network["s3"].address
+
+            def put_and_get() -> bytes:
+                fs = server.filesystem()
+                with fs.open_output_stream(f"{server.bucket}/hello.txt") as out:
+                    out.write(b"across hosts")
+                with fs.open_input_stream(f"{server.bucket}/hello.txt") as back:
+                    return bytes(back.read())
+
+            client = network["client"]
+            assert client.call(put_and_get) == b"across hosts"
+            network["s3"].cut()
+            assert client.call(_ask_port, server.host, server.port) == "TimeoutError"
+        finally:
+            network["s3"].restore()
+            server.cleanup()
+
+
+def _ask_port(address: str, port: int) -> str:
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return "connected"
+    except OSError as exc:
+        return type(exc).__name__
