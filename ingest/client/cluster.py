@@ -76,6 +76,11 @@ class Cluster:
         self._metadata_source = "Metadata"  # who answered the last Metadata, for errors
         self._trust_list_offsets: bool | None = None  # decided once (trusts_list_offsets)
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The monotonic clock its deadlines are on."""
+        return self._clock
+
     def __enter__(self) -> Cluster:
         return self
 
@@ -114,24 +119,27 @@ class Cluster:
             connection.node_id = node_id
         return connection
 
-    def connection(self, node_id: int) -> BrokerConnection:
-        """A connected connection to broker ``node_id`` (reconnecting with backoff)."""
+    def connection(self, node_id: int, *, within: float | None = None) -> BrokerConnection:
+        """A connected connection to broker ``node_id`` (reconnecting with backoff; a
+        connect waits at most ``within`` seconds when given)."""
         broker = self.metadata.brokers.get(node_id)
         if broker is None:
             raise KafkaConnectionError(f"broker node {node_id} is not in the cluster metadata")
         connection = self._connection_for(broker.host, broker.port, node_id)
         try:
-            connection.ensure_connected()
+            connection.ensure_connected(within=within)
         except KafkaConnectionError:
             self._connection_lost(connection)
             raise
         return connection
 
-    def any_connection(self) -> BrokerConnection:
+    def any_connection(self, *, within: float | None = None) -> BrokerConnection:
         """A connected connection to some broker: an open one, else the first that answers.
 
-        Known brokers are tried before the bootstrap servers, in order.
+        Known brokers are tried before the bootstrap servers, in order; with ``within``,
+        all of them within that many seconds.
         """
+        deadline = None if within is None else self._clock() + within
         for connection in self._connections.values():
             if connection.connected:
                 return connection
@@ -147,7 +155,7 @@ class Cluster:
             seen.add((host, port))
             connection = self._connection_for(host, port, node_id)
             try:
-                connection.ensure_connected()
+                connection.ensure_connected(within=_left(deadline, self._clock))
             except KafkaConnectionError as exc:
                 failures.append(str(exc))
                 if not exc.retriable:
@@ -163,9 +171,11 @@ class Cluster:
         connection.close()
         self.metadata.invalidate_led_by(connection.host, connection.port)
 
-    def send(self, connection: BrokerConnection, request: Request) -> InFlight:
+    def send(
+        self, connection: BrokerConnection, request: Request, *, timeout: float | None = None
+    ) -> InFlight:
         try:
-            return connection.send(request)
+            return connection.send(request, timeout=timeout)
         except KafkaConnectionError:
             self._connection_lost(connection)
             raise
@@ -177,19 +187,25 @@ class Cluster:
             self._connection_lost(connection)
             raise
 
-    def request(self, connection: BrokerConnection, request: Request) -> Response:
+    def request(
+        self, connection: BrokerConnection, request: Request, *, timeout: float | None = None
+    ) -> Response:
         """One request; a lost connection marks the topics it leads stale."""
-        return self.receive(connection, self.send(connection, request))
+        return self.receive(connection, self.send(connection, request, timeout=timeout))
 
     # -- retries ------------------------------------------------------------------------
 
-    def retrying(self, what: str, attempt: Callable[[], T]) -> T:
-        """Runs ``attempt`` until it succeeds, a fatal error, or ``retry_timeout`` passes.
+    def retrying(self, what: str, attempt: Callable[[], T], *, within: float | None = None) -> T:
+        """Runs ``attempt`` until it succeeds, a fatal error, or ``retry_timeout`` (or
+        ``within``, when shorter) passes.
 
         Broker errors wait the retry backoff; connection errors retry at once
         (the connection's own reconnect backoff spaces them).
         """
-        deadline = self._clock() + self.config.retry_timeout
+        limit = (
+            self.config.retry_timeout if within is None else min(within, self.config.retry_timeout)
+        )
+        deadline = self._clock() + limit
         backoff = Backoff(
             self.config.retry_backoff,
             self.config.retry_backoff_max,
@@ -351,13 +367,25 @@ class Cluster:
         listed = self.list_offsets({tp: LATEST_TIMESTAMP for tp in partitions})
         return {tp: value.offset for tp, value in listed.items()}
 
-    def find_coordinator(self, key: str, *, key_type: int = COORDINATOR_GROUP) -> BrokerInfo:
-        return self.find_coordinators((key,), key_type=key_type)[key]
+    def find_coordinator(
+        self, key: str, *, key_type: int = COORDINATOR_GROUP, within: float | None = None
+    ) -> BrokerInfo:
+        return self.find_coordinators((key,), key_type=key_type, within=within)[key]
 
     def find_coordinators(
-        self, keys: Sequence[str], *, key_type: int = COORDINATOR_GROUP
+        self,
+        keys: Sequence[str],
+        *,
+        key_type: int = COORDINATOR_GROUP,
+        within: float | None = None,
     ) -> dict[str, BrokerInfo]:
         """The coordinator of each key: FindCoordinator v4 batches them, older versions
         ask one key per request (pipelined). Retried on COORDINATOR_NOT_AVAILABLE,
-        COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR."""
-        return find_coordinators(self, keys, key_type=key_type)
+        COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR; with ``within``, connects,
+        requests and retries end within that many seconds (a group member's session)."""
+        return find_coordinators(self, keys, key_type=key_type, within=within)
+
+
+def _left(deadline: float | None, clock: Callable[[], float]) -> float | None:
+    """Seconds until ``deadline`` (None: no deadline), at least a millisecond."""
+    return None if deadline is None else max(deadline - clock(), 0.001)

@@ -166,21 +166,29 @@ class BrokerConnection:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def ensure_connected(self) -> None:
-        """Connects unless connected, first waiting out the reconnect backoff."""
+    def ensure_connected(self, *, within: float | None = None) -> None:
+        """Connects unless connected, first waiting out the reconnect backoff; with
+        ``within``, the TCP connect waits at most that long and a backoff longer than it
+        fails at once (retriable)."""
         if self._sock is not None:
             return
         wait = self.backoff.remaining()
+        if within is not None and wait >= within:
+            raise KafkaConnectionError(
+                f"{self.describe()}: reconnect backoff ({wait:.3f}s) outlasts the "
+                f"{within:.3f}s left"
+            )
         if wait > 0:
             self._sleep(wait)
-        self.connect()
+        self.connect(within=None if within is None else within - wait)
 
-    def connect(self) -> None:
-        """TCP, then TLS, then ApiVersions, then SASL: one attempt, within the timeouts."""
+    def connect(self, *, within: float | None = None) -> None:
+        """TCP, then TLS, then ApiVersions, then SASL: one attempt, within the timeouts
+        (the TCP and TLS connect within ``within`` too, when given)."""
         if self._sock is not None:
             return
         try:
-            self._sock = self._open_socket()
+            self._sock = self._open_socket(within)
             self._negotiate()
             if self.config.sasl is not None:
                 self._authenticate(self.config.sasl)
@@ -192,8 +200,10 @@ class BrokerConnection:
         self.connects += 1
         log.debug("%s: connected (connect #%d)", self.describe(), self.connects)
 
-    def _open_socket(self) -> socket.socket:
+    def _open_socket(self, within: float | None = None) -> socket.socket:
         timeout = self.config.connect_timeout
+        if within is not None:
+            timeout = max(min(timeout, within), 0.001)
         deadline = self._clock() + timeout
         try:
             sock = socket.create_connection((self.host, self.port), timeout=timeout)

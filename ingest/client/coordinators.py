@@ -32,21 +32,29 @@ COORDINATOR_RETRY_ERRORS = frozenset(
 
 
 def find_coordinators(
-    cluster: Cluster, keys: Sequence[str], *, key_type: int
+    cluster: Cluster, keys: Sequence[str], *, key_type: int, within: float | None = None
 ) -> dict[str, BrokerInfo]:
-    """The coordinator of each key; each one found is also learned as a broker."""
+    """The coordinator of each key; each one found is also learned as a broker. With
+    ``within``, every connect, request and retry ends within that many seconds."""
     pending = list(dict.fromkeys(keys))
     found: dict[str, BrokerInfo] = {}
+    clock = cluster.clock
+    deadline = None if within is None else clock() + within
+
+    def left() -> float | None:
+        return None if deadline is None else max(deadline - clock(), 0.001)
 
     def attempt() -> dict[str, BrokerInfo]:
-        connection = cluster.any_connection()
+        connection = cluster.any_connection(within=left())
         version = connection.version_for(FindCoordinatorRequest.api_key)
         context = f"{connection.describe()}, FindCoordinator v{version}"
         answers: list[tuple[str, int, str | None, int, str, int]] = []
         if version >= 4:
             request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=tuple(pending))
             response = expect_response(
-                cluster.request(connection, request), FindCoordinatorResponse, context
+                cluster.request(connection, request, timeout=left()),
+                FindCoordinatorResponse,
+                context,
             )
             answers = [
                 (c.key, c.error_code, c.error_message, c.node_id, c.host, c.port)
@@ -54,7 +62,14 @@ def find_coordinators(
             ]
         else:
             tickets = [
-                (key, cluster.send(connection, FindCoordinatorRequest(key=key, key_type=key_type)))
+                (
+                    key,
+                    cluster.send(
+                        connection,
+                        FindCoordinatorRequest(key=key, key_type=key_type),
+                        timeout=left(),
+                    ),
+                )
                 for key in pending
             ]
             for index, (key, ticket) in enumerate(tickets):
@@ -103,4 +118,4 @@ def find_coordinators(
             raise ProtocolError(f"{context}: no answer for keys {pending}")
         return found
 
-    return cluster.retrying("FindCoordinator", attempt)
+    return cluster.retrying("FindCoordinator", attempt, within=within)

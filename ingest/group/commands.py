@@ -100,6 +100,7 @@ class CommandHandlers(MachineCore):
             active=self._can_commit(),
             assignment=self.assignment,
             coordinator_known=coordinator is not None,
+            generation=self._generation_id,
         )
         if answer is not None:
             out.append(answer)

@@ -141,6 +141,12 @@ class ConsumerCore:
         return self._coordinator
 
     @property
+    def session_deadline(self) -> float | None:
+        """When the session ends without a heartbeat answer (the partitions are then
+        lost); None outside a session. An exchange answered later is worthless."""
+        return self._session_deadline() if self._in_session() else None
+
+    @property
     def heartbeat_interval(self) -> float:
         """Seconds between heartbeats: the coordinator's, once it answered."""
         return self._interval

@@ -121,6 +121,12 @@ class MachineCore:
     def retained_user_data(self) -> bytes | None:
         return self._leadership.retained
 
+    @property
+    def session_deadline(self) -> float | None:
+        """When the session ends without a heartbeat answer (the partitions are then
+        lost); None outside a session. An exchange answered later is worthless."""
+        return self._session_deadline() if self._heartbeating() else None
+
     def inflight(self, api_key: int) -> int:
         """How many requests of ``api_key`` await a response."""
         return self._inflight.count(api_key)

@@ -90,11 +90,19 @@ class Commit:
 
     ``leader_epochs``: per partition, the leader epoch of the last record consumed
     (KIP-320), sent as ``committed_leader_epoch`` (OffsetCommit v6+); -1 or absent:
-    unknown."""
+    unknown.
+
+    ``generation``: the generation the caller owns the partitions in, as the last
+    PartitionsAssigned it handled says (classic protocol). When the member has moved to
+    another one meanwhile (its session expired and it joined again while the caller was
+    held), the commit is refused (ILLEGAL_GENERATION) without being sent: it was made
+    from the caller's books of the old generation, and the new one would carry it past
+    the coordinator's fence. None: not checked."""
 
     offsets: Mapping[Partition, int]
     metadata: str | None = None
     leader_epochs: Mapping[Partition, int] = field(default_factory=dict)
+    generation: int | None = None
 
     def __post_init__(self) -> None:
         offsets = MappingProxyType(dict(self.offsets))

@@ -54,11 +54,13 @@ def refuse_commit(
     active: bool,
     assignment: frozenset[Partition],
     coordinator_known: bool,
+    generation: int | None = None,
 ) -> CommitFailed | OffsetsCommitted | None:
     """The machine's own answer to ``commit``, or None when it goes to the coordinator.
 
     ``active``: a member of a generation that may commit (stable, or revoking);
-    ``assignment``: the partitions it may commit (those being revoked included).
+    ``assignment``: the partitions it may commit (those being revoked included);
+    ``generation``: the member's generation, which a commit made for another refuses.
     """
 
     def refuse(name: str, message: str, retriable: bool = False) -> CommitFailed:
@@ -70,6 +72,11 @@ def refuse_commit(
         return refuse("REBALANCE_IN_PROGRESS", "commit after the rebalance completes")
     if not active:
         return refuse("NOT_A_MEMBER", "the member is not in an active generation")
+    if commit.generation is not None and generation is not None and commit.generation != generation:
+        return refuse(
+            "ILLEGAL_GENERATION",
+            f"made for generation {commit.generation}; the member is in generation {generation}",
+        )
     not_owned = sorted(set(commit.offsets) - assignment)
     if not_owned:
         names = ", ".join(str(p) for p in not_owned)

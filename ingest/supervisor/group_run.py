@@ -113,6 +113,9 @@ class GroupSource:
         self.no_topics = False  # --until-end, and topic_pattern matched no topic
         self.revocations: deque[frozenset[Partition]] = deque()
         self.joined = False
+        # The generation of the last assignment handled: commits are made for it (the
+        # classic member refuses them once it is in another; ``Commit``).
+        self.generation: int | None = None
         self._commit_after = 0.0
         # At most one OffsetCommit in flight; the loop goes on while it is (its outcome
         # comes from the member's poll). Revocations wait for it.
@@ -218,6 +221,7 @@ class GroupSource:
 
     def _assigned(self, assigned: PartitionsAssigned) -> None:
         self.joined = True
+        self.generation = assigned.generation_id
         self.engine.metrics.inc("ingest_rebalances_total")
         new = sorted(p for p in assigned.assignment if p not in self.engine.states)
         event(
@@ -412,7 +416,10 @@ class GroupSource:
             for p in offsets
             if self.engine.states[p].landed_epoch >= 0
         }
-        self._member().commit_async(offsets, metadata, epochs)
+        classic = not isinstance(self.group, ConsumerGroupConfig)
+        self._member().commit_async(
+            offsets, metadata, epochs, generation=self.generation if classic else None
+        )
         self._commit_in_flight = _CommitInFlight(offsets, self.engine.last_table_version)
         return True
 

@@ -231,9 +231,12 @@ class GroupMember:
         offsets: Mapping[Partition, int],
         metadata: str | None = None,
         leader_epochs: Mapping[Partition, int] | None = None,
+        *,
+        generation: int | None = None,
     ) -> None:
-        """Commit without waiting; the OffsetsCommitted or CommitFailed comes from ``poll``."""
-        self._put(Command(Commit(offsets, metadata, leader_epochs or {})))
+        """Commit without waiting; the OffsetsCommitted or CommitFailed comes from ``poll``.
+        ``generation``: the one the caller owns the partitions in (``Commit``)."""
+        self._put(Command(Commit(offsets, metadata, leader_epochs or {}, generation)))
 
     def fetch_committed(
         self, partitions: Iterable[Partition], *, timeout: float | None = None

@@ -44,6 +44,7 @@ from ingest.protocol.messages import (
     MetadataRequest,
     MetadataRequestTopic,
     MetadataResponse,
+    SyncGroupRequest,
 )
 from ingest.supervisor.offsets import topics_matching
 
@@ -53,6 +54,7 @@ __all__ = ["CoordinatorLink"]
 log = logging.getLogger("ingest.supervisor.membership")
 
 _JOIN_SLACK = 5.0  # Kafka gives a JoinGroup the rebalance timeout plus 5 s
+_LEAST_WAIT = 0.05  # an exchange at the session's very end still gets this long
 
 
 class CoordinatorLink:
@@ -87,8 +89,11 @@ class CoordinatorLink:
 
     # -- the exchanges --------------------------------------------------------------
 
-    def send(self, output: SendRequest) -> Input:
-        """Sends a group request to the coordinator; its response, or ``RequestFailed``."""
+    def send(self, output: SendRequest, *, session_end: float | None = None) -> Input:
+        """Sends a group request to the coordinator; its response, or ``RequestFailed``.
+        In a session (``session_end``, monotonic) no answer but JoinGroup's and
+        SyncGroup's is waited for past its end: the partitions are lost then, whatever
+        the answer says."""
         request = output.request
         api_key = type(request).api_key
         connection = self._coordinator
@@ -101,6 +106,11 @@ class CoordinatorLink:
         elif isinstance(request, HeartbeatRequest | ConsumerGroupHeartbeatRequest):
             # An answer later than the session timeout is worthless: the session is over.
             timeout = min(request_timeout, self.config.session_timeout_ms / 1000)
+        # A member waiting for its JoinGroup or SyncGroup answer is kept alive by the
+        # coordinator (Kafka's shouldKeepAlive), and the answer renews the session: those
+        # two wait their own timeouts.
+        if session_end is not None and not isinstance(request, JoinGroupRequest | SyncGroupRequest):
+            timeout = min(timeout, max(session_end - time.monotonic(), _LEAST_WAIT))
         with self._sent_lock:
             self._sent[api_key] += 1
         try:
@@ -116,13 +126,23 @@ class CoordinatorLink:
             log.debug("group %r: %r -> %r", self.config.group_id, request, response)
         return response  # type: ignore[return-value]  # the response to our group request
 
-    def find_coordinator(self) -> CoordinatorFound | CoordinatorLookupFailed:
-        """Looks the coordinator up and connects to it (its connection is kept for ``send``)."""
+    def find_coordinator(
+        self, *, session_end: float | None = None
+    ) -> CoordinatorFound | CoordinatorLookupFailed:
+        """Looks the coordinator up and connects to it (its connection is kept for
+        ``send``); in a session, within what is left of it (``session_end``, monotonic): a
+        member cut off from the cluster sees its session end on time, not after a
+        request timeout."""
         cluster = self._cluster
         assert cluster is not None
+        within = None
+        if session_end is not None:
+            within = max(session_end - time.monotonic(), _LEAST_WAIT)
         try:
-            broker = cluster.find_coordinator(self.config.group_id)
-            connection = cluster.connection(broker.node_id)
+            broker = cluster.find_coordinator(self.config.group_id, within=within)
+            if session_end is not None:
+                within = max(session_end - time.monotonic(), _LEAST_WAIT)
+            connection = cluster.connection(broker.node_id, within=within)
             negotiation = connection.negotiation
             assert negotiation is not None  # connected
             offered = {api.api_key: api.broker for api in negotiation.apis if api.broker}

@@ -277,35 +277,44 @@ class MembershipThread:
         )
 
     def _step(self) -> None:
-        """Act on the outputs in order, up to and including one exchange with the cluster.
+        """Deliver every event waiting, then act on the first exchange with the cluster.
 
         One exchange at a time, so that commands get in between the requests
         of a rebalance that takes many rounds; acting later than the machine
         emitted is the same, to it, as a command arriving while in flight.
+        Events go first, even those emitted after a queued exchange: an event never
+        waits for a request's answer (a session that expired while a coordinator
+        lookup was queued must reach the caller at once, not after the lookup's
+        timeout, so that its workers stop).
         """
+        exchanges: deque[Output | NeedTopicNames | GroupWarning] = deque()
         while self._outputs:
             output = self._outputs.popleft()
-            if isinstance(output, SendRequest):
-                self._handle(self.link.send(output))
-                return
-            if isinstance(output, FindCoordinator):
-                self._handle(self.link.find_coordinator())
-                return
-            if isinstance(output, NeedMetadata):
-                self.link.want_metadata(output.topics)
-                update = self.link.fetch_metadata()
-                if update is not None:
-                    self._handle(update)
-                return
-            if isinstance(output, NeedTopicNames):
-                self._handle(self.link.topic_names(output.topic_ids))
-                return
-            if isinstance(output, GroupWarning):
+            if isinstance(output, SendRequest | FindCoordinator | NeedMetadata | NeedTopicNames):
+                exchanges.append(output)
+            elif isinstance(output, GroupWarning):
                 log.warning(
                     "group %r: %s: %s", self.config.group_id, output.error_name, output.message
                 )
-                continue
-            self._deliver(output)
+            else:
+                self._deliver(output)
+        self._outputs = exchanges
+        if not exchanges:
+            return
+        output = exchanges.popleft()
+        # In a session, no exchange outlasts it (the Tick after it expires the session).
+        session_end = self._machine.session_deadline
+        if isinstance(output, SendRequest):
+            self._handle(self.link.send(output, session_end=session_end))
+        elif isinstance(output, FindCoordinator):
+            self._handle(self.link.find_coordinator(session_end=session_end))
+        elif isinstance(output, NeedMetadata):
+            self.link.want_metadata(output.topics)
+            update = self.link.fetch_metadata()
+            if update is not None:
+                self._handle(update)
+        elif isinstance(output, NeedTopicNames):
+            self._handle(self.link.topic_names(output.topic_ids))
 
     def _deliver(self, event: Output) -> None:
         reply: Future[Output] | None = None

@@ -1,6 +1,9 @@
 """Real servers for tests: Apache Kafka (one node or three), the Tansu broker, a SeaweedFS
 S3 store, a Spark standalone cluster (a master and two workers), a schema registry
-(Apicurio, Confluent's API), and Kafka helpers; programs out of Debian packages (``debian_tool``, e.g. Prometheus' ``promtool``) fetched into the cache.
+(Apicurio, Confluent's API), and Kafka helpers; programs out of Debian packages
+(``debian_tool``, e.g. Prometheus' ``promtool``) fetched into the cache; several hosts on
+one machine as network namespaces (``HostNetwork``, ``ingest.testing.netns``), where
+``KafkaCluster(3, hosts=...)`` and ``S3Server(on=host)`` run.
 
 Users can run their own pipelines against the same servers::
 
@@ -27,6 +30,7 @@ from ingest.testing.kafka import (
     set_group_configs,
     unique_name,
 )
+from ingest.testing.netns import Host, HostNetwork
 from ingest.testing.probe import api_versions_answered
 from ingest.testing.registry import SchemaRegistry
 from ingest.testing.s3 import S3Server
@@ -40,6 +44,8 @@ __all__ = [
     "KAFKA_VERSION",
     "Change",
     "ConsumedRecord",
+    "Host",
+    "HostNetwork",
     "KafkaCluster",
     "ProducedRecord",
     "S3Server",

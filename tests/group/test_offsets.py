@@ -398,3 +398,15 @@ def test_fetch_group_authorization_failure_is_fatal() -> None:
     only_request(s(FetchCommitted(frozenset({P0}))), OffsetFetchRequest)
     outputs = s(fetch_v8(group_error=E.GROUP_AUTHORIZATION_FAILED))
     assert events_of(outputs, OffsetFetchFailed) and events_of(outputs, Fatal)
+
+
+def test_a_commit_made_for_another_generation_is_refused_unsent() -> None:
+    """A caller held while its member's session expired and it joined again commits
+    from its books of the old generation: the new generation must not carry that past
+    the coordinator's fence (the member is in generation 1 here)."""
+    s = stable()
+    (failed,) = events_of(s(Commit(OFFSETS, generation=0)), CommitFailed)
+    assert failed.error_name == "ILLEGAL_GENERATION" and failed.error_code is None
+    assert "generation 0" in failed.message and not requests_of(s(Tick()), OffsetCommitRequest)
+    request = only_request(s(Commit(OFFSETS, generation=1)), OffsetCommitRequest)
+    assert request.generation_id_or_member_epoch == 1
