@@ -47,7 +47,10 @@ def start_fork_server(*, tasks: bool = False) -> None:
     """Starts the fork server now, once (it imports in the background), with SIGINT
     ignored so that its forks ignore it from their first instruction: Ctrl-C reaches the
     whole process group, and stopping workers is the supervisor's business. ``tasks``:
-    it imports the local engine's task modules too."""
+    it imports the local engine's task modules too. The open-files limit is raised
+    first: the server keeps the limit it starts with, and each worker forked from it
+    holds one of its descriptors while it starts."""
+    raise_open_files_limit()
     if tasks:
         preload_in_fork_server(*TASK_MODULES)
     fork_context()

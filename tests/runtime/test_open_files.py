@@ -5,9 +5,12 @@ scripts/bench/many_topics.py)."""
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from ingest.testing import KafkaCluster, create_topic, produce, unique_name
 from tests.runtime.support import ROOT, records, write_config
@@ -48,3 +51,36 @@ def test_too_few_file_descriptors_for_the_workers_is_a_clear_error(
     # out of descriptors too, may print its own: multiprocessing/forkserver.py.)
     frames = [line for line in out.splitlines() if line.strip().startswith('File "')]
     assert not [f for f in frames if "/ingest/" in f or "/spark_jobs/" in f], out[-3000:]
+
+
+FORK_SERVER_LIMIT = (
+    "import resource; "
+    "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
+    "low = 256 if hard == resource.RLIM_INFINITY else min(256, hard // 2); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard)); "
+    "from ingest.processes import start_fork_server; "
+    "from multiprocessing import forkserver; "
+    "start_fork_server(); "
+    "pid = forkserver._forkserver._forkserver_pid; "
+    "line = [l for l in open(f'/proc/{pid}/limits') if l.startswith('Max open files')][0]; "
+    "print(line.split()[3], resource.getrlimit(resource.RLIMIT_NOFILE)[0], low)"
+)
+
+
+def test_the_fork_server_starts_with_the_raised_open_files_limit() -> None:
+    # A soft limit of 256 (or half the hard one) below the hard one: the fork server, and
+    # every worker forked from it, gets the hard limit, not the soft one it would inherit.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 128:
+        pytest.skip(f"the hard open-files limit {hard} leaves no room to test raising")
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SERVER_LIMIT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    server, supervisor, low = done.stdout.split()
+    assert int(supervisor) > int(low)  # raised
+    assert server == supervisor
