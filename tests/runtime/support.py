@@ -141,6 +141,22 @@ def broker_ends(cfg: IngestConfig, partitions: Iterable[Partition]) -> dict[Part
         return end_offsets(cluster, partitions, fetch_settings(cfg))
 
 
+def status_json(path: Path) -> dict[str, Any]:
+    """``ingest status --json`` of the config at ``path``, parsed."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "status", "--json", "--config", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
 def values_of(uri: str | Path) -> list[bytes]:
     table = DeltaTable(str(uri)).to_pyarrow_table(columns=["value"])
     return table.column("value").to_pylist()

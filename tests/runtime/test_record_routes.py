@@ -9,8 +9,6 @@ each table's lag."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +17,14 @@ from deltalake import DeltaTable
 from ingest.group import Partition
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from ingest.testing.faults import fault_point_env
-from tests.runtime.support import ROOT, Cli, broker_ends, config, group_offsets, write_config
+from tests.runtime.support import (
+    Cli,
+    broker_ends,
+    config,
+    group_offsets,
+    status_json,
+    write_config,
+)
 
 PER_PARTITION = 60
 
@@ -130,15 +135,7 @@ partition_by = ["partition"]
     assert set(placed) == {(p, o) for p in (0, 1) for o in range(PER_PARTITION)}
     assert group_offsets(cfg, partitions) == broker_ends(cfg, partitions)
 
-    status = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "status", "--json", "--config", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    report = json.loads(status.stdout)
+    report = status_json(path)
     uris = [str(lake / name) for name in ("default", "events", "orders")]
     assert [t["uri"] for t in report["tables"]] == uris
     assert all(t["lag"] == 0 for t in report["tables"])

@@ -6,10 +6,7 @@ gap. ``ingest status`` shows each table's txn versions and lag."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -17,7 +14,7 @@ from deltalake import DeltaTable
 from ingest.group import Partition
 from ingest.testing import KafkaCluster, create_topic, produce, unique_name, verify_exact
 from ingest.testing.faults import fault_point_env
-from tests.runtime.support import ROOT, Cli, config, group_offsets, records, write_config
+from tests.runtime.support import Cli, config, group_offsets, records, status_json, write_config
 
 
 def test_each_topic_its_own_table_and_a_crash_between_their_commits_is_repaired(
@@ -54,15 +51,7 @@ def test_each_topic_its_own_table_and_a_crash_between_their_commits_is_repaired(
         ).raise_if_not_exact()  # fmt: skip
         assert set(DeltaTable(table).to_pyarrow_table().column("topic").to_pylist()) == {topic}
 
-    status = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "status", "--json", "--config", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    report = json.loads(status.stdout)
+    report = status_json(path)
     assert [t["uri"] for t in report["tables"]] == [str(lake / t) for t in topics]
     assert all(t["lag"] == 0 and t["last_commit"] for t in report["tables"])
     by_partition = {(r["topic"], r["partition"]): r for r in report["partitions"]}
