@@ -22,6 +22,7 @@ from ingest.sink.config import Router, TableConfig
 from ingest.sink.land import BatchResult
 from ingest.supervisor.backpressure import GlobalBufferCap
 from ingest.supervisor.batches import BatchThread, Selection, select
+from ingest.supervisor.offsets import lowest_durable
 from ingest.supervisor.partitions import PartitionState
 from ingest.supervisor.sparksession import SparkProvider
 
@@ -166,7 +167,7 @@ def merged(results: list[BatchResult]) -> BatchResult:
     return BatchResult(
         table_version=last.table_version,
         dead_letter_version=last.dead_letter_version,
-        durable_offsets=_lowest([r.durable_offsets for r in results]),
+        durable_offsets=lowest_durable(r.durable_offsets for r in results),
         rows_written=sum(r.rows_written for r in results),
         dead_letters=sum(r.dead_letters for r in results),
         stage_seconds=stages,
@@ -176,19 +177,6 @@ def merged(results: list[BatchResult]) -> BatchResult:
         replaced_rows=sum(r.replaced_rows for r in results),
         deleted_rows=sum(r.deleted_rows for r in results),
     )
-
-
-def _lowest(offsets: list[Mapping[Partition, int | None]]) -> dict[Partition, int | None]:
-    """Per partition, the lowest durable offset over the tables it landed in (None when
-    one of them holds none): a partition routed by header or field is in several."""
-    found: dict[Partition, list[int | None]] = {}
-    for landed in offsets:
-        for partition, offset in landed.items():
-            found.setdefault(partition, []).append(offset)
-    return {
-        p: None if None in values else min(v for v in values if v is not None)
-        for p, values in found.items()
-    }
 
 
 def owner_of(

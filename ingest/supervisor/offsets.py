@@ -49,6 +49,7 @@ __all__ = [
     "describe_group",
     "end_marks",
     "end_offsets",
+    "lowest_durable",
     "source_topics",
     "topic_partitions",
     "topics_matching",
@@ -181,16 +182,27 @@ def txn_versions(
         )
         for target in targets:
             by_table.setdefault(target.uri, (target, []))[1].append(partition)
-    found: dict[Partition, list[int | None]] = {}
+    per_table: list[dict[Partition, int | None]] = []
     for target, mine in by_table.values():
         apps = {p: app_id(target.uri, target.group, p.topic, p.partition) for p in mine}
         location = TableLocation.of(target.uri, target.storage_options)
         versions = DeltaTarget(location).versions(list(apps.values()))
-        for p in mine:
-            found.setdefault(p, []).append(versions[apps[p]])
+        per_table.append({p: versions[apps[p]] for p in mine})
+    return lowest_durable(per_table)
+
+
+def lowest_durable(
+    per_table: Iterable[Mapping[Partition, int | None]],
+) -> dict[Partition, int | None]:
+    """Per partition, the lowest durable offset over the tables it lands in (None when
+    one of them holds none): a partition routed by header or field is in several."""
+    found: dict[Partition, list[int | None]] = {}
+    for landed in per_table:
+        for partition, offset in landed.items():
+            found.setdefault(partition, []).append(offset)
     return {
-        p: None if None in versions else min(v for v in versions if v is not None)
-        for p, versions in found.items()
+        p: None if None in values else min(v for v in values if v is not None)
+        for p, values in found.items()
     }
 
 
