@@ -54,6 +54,12 @@ class WorkerSection:
         description="Restarts of a worker at the same offset; one more crash there fails "
         "the partition.",
     )
+    retry_for: Duration = Field(
+        default=Duration(120),
+        description="How long a worker that fails on unreachable storage or network (the "
+        "handoff's object store, the brokers) is restarted at the same offset beyond "
+        "max_restarts_at_same_offset, from its first such failure; backoff capped at 10 s.",
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -104,6 +110,13 @@ class TriggerSection:
         default=Duration(60),
         description="On SIGTERM/SIGINT: how long the in-flight and final batches get before "
         "giving up.",
+    )
+    retry_for: Duration = Field(
+        default=Duration(120),
+        description="How long a batch that fails on unreachable storage or network (an "
+        "object store, a schema registry) is retried, from its first failure, before the "
+        "run stops (exit 1); backoff 2 s doubling to 30 s. Other failures get three "
+        "attempts. 0: three attempts for every failure.",
     )
 
 
