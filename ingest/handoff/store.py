@@ -420,7 +420,11 @@ class HandoffStore:
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                if self._fs is None or _exists(self._fs, path):
+                try:
+                    gone = self._fs is not None and not _exists(self._fs, path)
+                except OSError:  # the store does not answer at all
+                    gone = False
+                if not gone:
                     raise HandoffError(f"cannot release {item_id}: {exc}") from exc
         return deleted
 

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter, read_segment
+from ingest.handoff import HandoffConfig, HandoffError, HandoffStore, SegmentWriter, read_segment
 from ingest.testing import KafkaCluster, S3Server, create_topic, produce, read_topic, unique_name
 from ingest.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY
 from ingest.worker import EndPosition
@@ -75,6 +75,34 @@ def test_segments_are_published_whole_and_read_back_by_uri(
         assert stream.read() == b"raw batch"
     assert s3_store.release([segment.segment_id, corrupt.corrupt_id]) == 2
     assert s3_store.visible() == []
+
+
+@pytest.mark.parametrize("outage", ["down"])  # "blackhole" (SIGSTOP) too: 26 s of timeouts
+def test_a_release_the_store_does_not_answer_is_a_handoff_error_then_works(outage: str) -> None:
+    """Stopped (refused connections) or frozen (no answer: the client's timeouts), the store
+    makes ``release`` raise ``HandoffError`` (which the supervisor puts off to the next
+    release), never a bare ``OSError`` (it crashed the run, s3-outage seed 0); back, the
+    release deletes. Without the fix, "down" failed with the bare ``OSError`` of the
+    existence check; with it, "blackhole" passed too."""
+    with S3Server() as own, HandoffStore(s3_config(own, unique_name("handoff"))) as store:
+        writer = SegmentWriter(store.location, "events", 0, start_offset=0)
+        writer.append(records(0, 100))
+        segment = writer.seal(next_offset=100)
+        assert segment is not None
+        if outage == "down":
+            own.stop()
+        else:
+            own.pause()
+        try:
+            with pytest.raises(HandoffError, match="cannot release"):
+                store.release([segment.segment_id])
+        finally:
+            if outage == "down":
+                own.start()
+            else:
+                own.resume()
+        assert store.release([segment.segment_id]) == 1
+        assert store.visible() == []
 
 
 def test_an_aborted_segment_never_appears(s3_store: HandoffStore) -> None:
