@@ -11,7 +11,7 @@ from pydantic.dataclasses import dataclass
 # From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
 from ingest.config import Duration, Size
-from ingest.config.units import SECTION, Bool, HostPort, Int, Str
+from ingest.config.units import SECTION, Bool, HostPort, Int, Regex, Str
 
 Assignor = Literal["cooperative-sticky", "range", "roundrobin"]
 
@@ -99,7 +99,7 @@ class SourceSection:
         default_factory=list,
         description="Topics to land in the table; or topic_pattern.",
     )
-    topic_pattern: Str | None = Field(
+    topic_pattern: Regex | None = Field(
         default=None,
         description="A regular expression (Python syntax, matching the whole name) instead "
         "of topics: every topic it matches lands, internal ones excepted. The topic list is "

@@ -27,7 +27,7 @@ from ingest.client.config import Secret
 from ingest.config import Duration, Size
 from ingest.config.kafka import FetchSection, KafkaSection, SourceSection
 from ingest.config.registry import SchemaRegistrySection
-from ingest.config.units import SECTION, Bool, DeltaUri, Int, SparkMaster, Str, ViewName
+from ingest.config.units import SECTION, Bool, DeltaUri, Int, Regex, SparkMaster, Str, ViewName
 from ingest.errors import ConfigError
 
 
@@ -327,7 +327,7 @@ class RouteSection:
     own; the keys it leaves unset are [table]'s. The first route that matches a topic
     takes it; with routes, a topic none matches is dead letters (its reason names it)."""
 
-    topics: Str = Field(
+    topics: Regex = Field(
         description='A regular expression a topic\'s whole name matches, e.g. "orders-.*".'
     )
     header: Str | None = Field(
@@ -342,7 +342,7 @@ class RouteSection:
         "JSON matches no such route): the route takes the records whose field `matches` "
         "matches.",
     )
-    matches: Str | None = Field(
+    matches: Regex | None = Field(
         default=None,
         description="With header or field: a regular expression the whole value matches, "
         'e.g. "order(ed|_paid)". The records of a topic the route does not take go to the '
