@@ -30,7 +30,7 @@ Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]
 
 # A section refuses an unknown key, and is validated when built, in Python too.
-SECTION = ConfigDict(extra="forbid")
+SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 # Strings of a shape, checked by pydantic and offered in the JSON Schema; loader.py's
 # ``_MISMATCH`` says what a string that does not match reads as.
