@@ -124,8 +124,8 @@ def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
 def _known(loc: tuple[str | int, ...]) -> str:
     """The keys of the table at ``loc`` (a path of field names from ``IngestConfig``)."""
     section: Any = IngestConfig
-    for name in loc:
-        hint = typing.get_type_hints(section)[str(name)]
+    for name in (part for part in loc if not isinstance(part, int)):  # [[route]]'s index
+        hint = typing.get_type_hints(section)[name]
         section = next(a for a in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(a))
     names = {f.name for f in dataclasses.fields(section)}
     return ", ".join(sorted(names - NOT_IN_FILE if section is IngestConfig else names))
