@@ -53,9 +53,11 @@ Every exception the package raises on purpose derives from ``IngestError``::
     ├── DependencyError              Java or a Maven artifact missing or unresolvable
     └── HarnessError                 the test harness could not start or stop a server
 
-A class defined in another module names it in parentheses; the rest live here. A private
-exception that never leaves its module (``records_reference._RecordFailure``, control
-flow of the reference decoder) is not part of the tree.
+``is_transient`` says which errors mean a server or store unreachable for now (retried
+within ``trigger.retry_for`` and ``worker.retry_for``). A class defined in another module
+names it in parentheses; the rest live here. A private exception that never leaves its
+module (``records_reference._RecordFailure``, control flow of the reference decoder) is not
+part of the tree.
 
 Errors are plain classes with keyword fields, so that a message always names
 where the failure happened (offset and field, broker and API, topic and
@@ -63,6 +65,8 @@ partition) without callers formatting strings themselves.
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class IngestError(Exception):
@@ -276,3 +280,53 @@ class DependencyError(IngestError):
 
 class HarnessError(IngestError):
     """The test harness could not start, reach or stop a server."""
+
+
+# What a JVM error (Py4J's text of a Java exception) says when the network or a store is
+# the cause.
+TRANSIENT_JVM_MARKERS = (
+    "java.net.",
+    "java.io.IOException",
+    "java.io.InterruptedIOException",
+    "SdkClientException",
+    "AWSClientIOException",
+    "ConnectTimeoutException",
+)
+
+
+# What a local filesystem answers when waiting will not help (a read-only or full disk, a
+# missing path, a limit): an OSError with one of these is not transient.
+_LOCAL_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.EFBIG,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.ENOENT,
+        errno.EISDIR,
+        errno.ENOTDIR,
+        errno.ENAMETOOLONG,
+        errno.EMFILE,
+        errno.ENFILE,
+    }
+)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` says a server or store was unreachable for now, so that trying
+    again later may succeed: an ``OSError`` anywhere in its chain (pyarrow's and delta-rs's
+    object-store errors, refused or timed-out connections) unless its errno is a local
+    filesystem's final answer (read-only, full, missing, a limit), a retriable broker,
+    connection or registry error, or a JVM error naming a network or I/O exception."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            return current.errno not in _LOCAL_ERRNOS
+        if isinstance(current, KafkaConnectionError | BrokerError | RegistryError):
+            return bool(current.retriable)
+        current = current.__cause__ or current.__context__
+    return any(marker in str(error) for marker in TRANSIENT_JVM_MARKERS)

@@ -46,6 +46,10 @@ class WorkerSection:
     (capped)."""
     max_restarts_at_same_offset: Int = 5
     """Restarts of a worker at the same offset; one more crash there fails the partition."""
+    retry_for: Duration = Duration(120)
+    """How long a worker that fails on unreachable storage or network (the handoff's object
+    store, the brokers) is restarted at the same offset beyond max_restarts_at_same_offset,
+    from its first such failure; backoff capped at 10 s."""
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -81,6 +85,10 @@ class TriggerSection:
     """A batch lands once its oldest pending record is this old."""
     shutdown_timeout: Duration = Duration(60)
     """On SIGTERM/SIGINT: how long the in-flight and final batches get before giving up."""
+    retry_for: Duration = Duration(120)
+    """How long a batch that fails on unreachable storage or network (an object store, a schema
+    registry) is retried, from its first failure, before the run stops (exit 1); backoff 2 s
+    doubling to 30 s. Other failures get three attempts. 0: three attempts for every failure."""
 
 
 @dataclass(frozen=True, config=SECTION)

@@ -24,6 +24,7 @@ from ingest.supervisor.backpressure import GlobalBufferCap
 from ingest.supervisor.batches import BatchThread, Selection, select
 from ingest.supervisor.offsets import lowest_durable
 from ingest.supervisor.partitions import PartitionState
+from ingest.supervisor.retries import BatchRetry
 from ingest.supervisor.sparksession import SparkProvider
 
 __all__ = ["Batcher", "jvm_exit_code", "merged", "owner_of"]
@@ -52,8 +53,7 @@ class Batcher:
         self.cap = cap
         self.running: BatchThread | None = None
         self.count = 0
-        self.failures = 0  # in a row
-        self.next_at = 0.0  # after a failure: not before then
+        self.retry = BatchRetry(float(trigger.retry_for))  # failures in a row, backoff
         self.flush = False  # land what is pending at the next chance
         self.on_new_table = on_new_table  # with a {topic} uri: a topic's table, first met
         self.topics_seen: set[str] = set()
@@ -64,7 +64,7 @@ class Batcher:
         if self.running is not None:
             return False
         now = time.monotonic()
-        if now < self.next_at:
+        if now < self.retry.next_at:
             return False
         pending = [s.pending for s in states.values() if len(s.pending)]
         if not pending:

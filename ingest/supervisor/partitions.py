@@ -98,6 +98,9 @@ class PartitionState:
     # is durable carries it as committed_leader_epoch (KIP-320).
     landed_epoch: int = -1
     crashes: dict[int, int] = field(default_factory=dict)
+    # (offset, when) the worker first failed on unreachable storage or network at that
+    # offset (``worker.retry_for`` counts from there); None after any other failure.
+    transient_since: tuple[int, float] | None = None
     restart_at: float | None = None  # when RESTARTING: the restart is due then
     abandon: bool = False  # revoked: new segments are dropped, not batched
     records: int = 0

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ingest.config import WorkerSection
-from ingest.errors import ConfigError
+from ingest.errors import ConfigError, is_transient
 from ingest.group import Partition
-from ingest.handoff import CorruptRangeReported, HandoffStore, SegmentSealed
+from ingest.handoff import CorruptRangeReported, HandoffError, HandoffStore, SegmentSealed
 from ingest.logs import event
 from ingest.processes import BASE_FDS, FDS_PER_WORKER, open_files_limit, start_fork_server
 from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
@@ -29,6 +29,8 @@ __all__ = ["WorkerPool", "spawn_worker"]
 log = logging.getLogger("ingest.supervisor")
 
 _MAX_RESTART_BACKOFF = 60.0
+# While riding out an outage: try again often enough to resume soon after it ends.
+_MAX_TRANSIENT_BACKOFF = 10.0
 
 
 def spawn_worker(settings: WorkerSettings) -> WorkerHandle:
@@ -79,6 +81,9 @@ class WorkerPool:
         self._on_event = on_event
         self._on_pause = on_pause
         self._engine_stopping = engine_stopping
+        # Landed segments an unreachable object store did not let us delete yet: tried
+        # again with the next release (deleting twice is harmless).
+        self.unreleased: list[str] = []
 
     def close(self) -> None:
         for state in self.states.values():
@@ -148,8 +153,19 @@ class WorkerPool:
             "topic": state.partition.topic,
             "partition": state.partition.partition,
         }
+        now = time.monotonic()
+        transient = handle.last_error is not None and handle.last_error.transient
+        if not transient:
+            state.transient_since = None
+        elif state.transient_since is None or state.transient_since[0] != offset:
+            state.transient_since = (offset, now)
+        # Unreachable storage or network: restarts go on past the count while
+        # ``worker.retry_for`` lasts (an object store away for 30 s is ridden out).
+        riding_out = state.transient_since is not None and now - state.transient_since[1] <= float(
+            self.worker.retry_for
+        )
         limit = int(self.worker.max_restarts_at_same_offset)
-        if crashes > limit:
+        if crashes > limit and not riding_out:
             state.change(
                 Change.FAIL,
                 failure=f"the worker crashed {crashes} times at offset {offset}, last: {reason}",
@@ -165,9 +181,10 @@ class WorkerPool:
                 error=reason,
             )
             return
-        delay = min(float(self.worker.restart_backoff) * 2 ** (crashes - 1), _MAX_RESTART_BACKOFF)
+        ceiling = _MAX_TRANSIENT_BACKOFF if riding_out else _MAX_RESTART_BACKOFF
+        delay = min(float(self.worker.restart_backoff) * 2 ** (crashes - 1), ceiling)
         state.change(Change.CRASH)
-        state.restart_at = time.monotonic() + delay
+        state.restart_at = now + delay
         self.metrics.inc("ingest_worker_restarts_total", 1, **labels)
         event(
             log,
@@ -221,11 +238,27 @@ class WorkerPool:
             if not chosen:
                 continue
             ids = [item_id(i) for i in chosen]
-            self.store.release(ids)
+            self._delete(ids)
             state = self.states.get(partition)
             if state is not None and state.handle is not None:
                 state.handle.send(Release(tuple(ids)))
             self.apply_cap(self.cap.released(partition, sum(i.bytes for i in chosen)))
+
+    def _delete(self, ids: list[str]) -> None:
+        """Deletes the segments; on an object store that does not answer, keeps them for
+        the next release instead (they are landed: only their space is at stake)."""
+        wanted = [*self.unreleased, *ids]
+        try:
+            self.store.release(wanted)
+        except HandoffError as exc:
+            if self.store.location.local or not is_transient(exc):
+                raise
+            self.unreleased = wanted
+            event(
+                log, "release_deferred", level=logging.WARNING, segments=len(wanted), error=str(exc)
+            )
+            return
+        self.unreleased = []
 
     def drop_items(self, items: list[Any]) -> None:
         by_partition: dict[Partition, list[Item]] = {}

@@ -49,23 +49,18 @@ from ingest.config import IngestConfig
 from ingest.errors import (
     ConfigError,
     IngestError,
-    SinkError,
-    SparkClusterLost,
-    SparkStartError,
 )
-from ingest.faults import fault_point
 from ingest.group import (
     Partition,
 )
-from ingest.handoff import HandoffStore, SegmentSealed
+from ingest.handoff import HandoffStore
 from ingest.logs import event
 from ingest.processes import raise_open_files_limit, start_fork_server
 from ingest.supervisor.backpressure import GlobalBufferCap
-from ingest.supervisor.batcher import Batcher, jvm_exit_code, owner_of
+from ingest.supervisor.batch_end import batch_failed, batch_landed
+from ingest.supervisor.batcher import Batcher
 from ingest.supervisor.batches import (
     BatchThread,
-    Item,
-    item_next_offset,
 )
 from ingest.supervisor.intake import Intake
 from ingest.supervisor.metrics import Metrics, MetricsServer
@@ -99,7 +94,6 @@ log = logging.getLogger("ingest.supervisor")
 
 
 _LOOP_WAIT = 0.05
-_BATCH_ATTEMPTS = 3
 _STATUS_EVERY = 0.5
 
 
@@ -420,95 +414,9 @@ class Engine:
         result, error = batch.outcome()
         seconds = time.monotonic() - batch.started
         if error is not None:
-            self._batch_failed(batch, error, seconds)
-            return
-        self.batcher.failures = 0
-        self.last_table_version = result.table_version
-        self.rows_written += result.rows_written
-        for stage, spent in result.stage_seconds.items():
-            self.metrics.observe("ingest_batch_stage_seconds", spent, stage=stage)
-        self.metrics.inc("ingest_batches_total", outcome="ok")
-        self.metrics.inc("ingest_rows_written_total", result.rows_written)
-        self.metrics.inc("ingest_dead_letters_total", result.dead_letters)
-        for partition, items in batch.selection.items.items():
-            state = owner_of(self.states, batch, partition)
-            if state is None:
-                continue
-            durable = result.durable_offsets.get(partition)
-            if durable is not None:
-                state.durable = max(durable, state.durable if state.durable is not None else -1)
-            following = [o for o in (item_next_offset(i) for i in items) if o is not None]
-            if following:
-                state.landed_next = max(max(following), state.landed_next or 0)
-            segments = [i for i in items if isinstance(i, SegmentSealed)]
-            if segments:
-                last = max(segments, key=lambda i: i.next_offset)
-                if last.leader_epoch >= 0:
-                    state.landed_epoch = last.leader_epoch
-        event(
-            log,
-            "batch_committed",
-            batch=batch.number,
-            table_version=result.table_version,
-            rows=result.rows_written,
-            deleted=result.deleted_rows,
-            dead_letters=result.dead_letters,
-            path=result.path,
-            seconds=round(seconds, 3),
-            stages={k: round(v, 3) for k, v in result.stage_seconds.items()},
-        )
-        # Fault injection (a no-op unless INGEST_FAULT_POINT is set; ingest/faults.py).
-        fault_point("after_delta_commit")
-        # The table holds the batch: its segments can go, whatever the offset commit does.
-        self.source.after_batch(batch, result)
-        self.pool.release(batch.selection.items)
-
-    def _batch_failed(self, batch: BatchThread, error: BaseException, seconds: float) -> None:
-        self.metrics.inc("ingest_batches_total", outcome="failed")
-        if isinstance(error, ConfigError):
-            raise error
-        self.batcher.failures += 1
-        jvm_exit = jvm_exit_code(self.spark)
-        event(
-            log,
-            "batch_failed",
-            level=logging.ERROR,
-            batch=batch.number,
-            attempt=self.batcher.failures,
-            seconds=round(seconds, 3),
-            error=f"{type(error).__name__}: {error}",
-        )
-        now = time.monotonic()
-        abandoned: dict[Partition, tuple[Item, ...]] = {}
-        for partition, items in batch.selection.items.items():
-            state = owner_of(self.states, batch, partition)
-            if state is None or state.abandon:
-                abandoned[partition] = items
-            else:
-                state.pending.put_back(items, now)
-        self.pool.release(abandoned)
-        if jvm_exit is not None:
-            # A dead JVM fails every later batch too: say so now instead of retrying.
-            raise SinkError(
-                f"the Spark JVM exited (code {jvm_exit}) during batch {batch.number}; "
-                f"nothing of it was committed; rerun to land it ({type(error).__name__}: "
-                f"{error})"
-            ) from error
-        if isinstance(error, SparkClusterLost):
-            # The session will get no executor back: every retry would wait and fail again.
-            raise SinkError(f"batch {batch.number}: {error}") from error
-        if isinstance(error, SparkStartError):
-            # The provider keeps a failed start: every retry would meet it again.
-            raise SinkError(
-                f"the Spark JVM exited or never answered while the session started, before "
-                f"batch {batch.number}; nothing of it was committed; rerun to land it ({error})"
-            ) from error
-        if self.batcher.failures >= _BATCH_ATTEMPTS:
-            raise SinkError(
-                f"the batch failed {self.batcher.failures} times in a row; last error: "
-                f"{type(error).__name__}: {error}"
-            ) from error
-        self.batcher.next_at = now + 2.0**self.batcher.failures
+            batch_failed(self, batch, error, seconds)
+        else:
+            batch_landed(self, batch, result, seconds)
 
     # -- status and metrics ------------------------------------------------------------
 

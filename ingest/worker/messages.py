@@ -130,6 +130,9 @@ class WorkerFailed:
     error_type: str
     message: str
     traceback: str
+    # ``ingest.errors.is_transient``: a store or server unreachable for now (the restart
+    # policy then allows ``worker.retry_for`` beyond the restart count).
+    transient: bool = False
 
 
 Event = (

@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Self
 
 from ingest.client.cluster import Cluster
+from ingest.errors import is_transient
 from ingest.handoff.segment import SegmentWriter
 from ingest.handoff.store import HandoffStore
 from ingest.logs import configure_logging
@@ -188,6 +189,7 @@ def worker_main(
                         error_type=type(exc).__name__,
                         message=str(exc),
                         traceback="".join(traceback.format_exception(exc)),
+                        transient=is_transient(exc),
                     )
                 )
     finally:

@@ -32,11 +32,12 @@ from tests.chaos.process_cases import (
     kill_task,
     kill_worker,
 )
+from tests.chaos.storage_cases import s3_outage
 from tests.chaos.writer_cases import concurrent_writer, rival_commits
 
 __all__ = ["CASES", "ChaosEnv", "Outcome"]
 
-CASES: dict[str, Callable[[ChaosEnv, int], Outcome]] = {
+CASES: dict[str, Callable[..., Outcome]] = {  # (env, seed, **options)
     "kill-worker": kill_worker,
     "kill-supervisor": kill_supervisor,
     "kill-spark": kill_spark,
@@ -54,4 +55,5 @@ CASES: dict[str, Callable[[ChaosEnv, int], Outcome]] = {
     "coordinator-kill-rebalance": coordinator_kill_rebalance,
     "coordinator-kill-commit": coordinator_kill_commit,
     "leader-election": leader_election,
+    "s3-outage": s3_outage,
 }

@@ -43,6 +43,10 @@ from tests.chaos.pieces import (
 )
 from tests.runtime.support import row_count, write_config
 
+_CONSUMER_GROUP = {
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.heartbeat.interval.ms": "1000",
+}
 SUPERVISORS = ("sup-a", "sup-b")
 HOST_NAMES = ("kafka-1", "kafka-2", "kafka-3", "client", *SUPERVISORS)
 _ASSIGNED = re.compile(r"event=partitions_assigned .*?assignment=(\S*)")
@@ -74,7 +78,9 @@ def start_site() -> HostSite:
     network = HostNetwork(HOST_NAMES).start()
     try:
         nodes = [network[f"kafka-{i}"] for i in (1, 2, 3)]
-        cluster = KafkaCluster(3, hosts=nodes).start()
+        # The consumer protocol's session (KIP-848) is the group's, set on the broker:
+        # 6 s, so host-cut-consumer's 16-22 s hold outlasts it (the default is 45 s).
+        cluster = KafkaCluster(3, hosts=nodes, overrides=_CONSUMER_GROUP).start()
     except BaseException:
         network.stop()
         raise
@@ -82,10 +88,15 @@ def start_site() -> HostSite:
 
 
 def prepare_on(
-    site: HostSite, work: Path, name: str, assignors: tuple[str, ...] = ("cooperative-sticky",)
+    site: HostSite,
+    work: Path,
+    name: str,
+    assignors: tuple[str, ...] = ("cooperative-sticky",),
+    server_assignor: str | None = None,
 ) -> Setup:
     """A topic (4 partitions), a group and a table path, and the config both hosts run:
-    the local engine, a 2 s session, small segments and batches, ``assignors``."""
+    the local engine, a 2 s session, small segments and batches, ``assignors``; with
+    ``server_assignor``, the consumer protocol (KIP-848) with that assignor instead."""
     work = work / unique_name(name)
     work.mkdir(parents=True)
     topic, group = unique_name(f"t-{name}"), unique_name(f"g-{name}")
@@ -99,6 +110,8 @@ def prepare_on(
         "spark": {"master": "local[2]", "engine": "local"},
         "source": {"assignors": list(assignors)},
     }
+    if server_assignor is not None:
+        sections["source"] = {"group_protocol": "consumer", "server_assignor": server_assignor}
     path = write_config(
         work / "run.toml", bootstrap=bootstrap, topic=topic, group=group, table=table,
         sections=sections,
@@ -257,7 +270,16 @@ def host_cut(site: HostSite, work: Path, seed: int) -> Outcome:
     """Supervisor host A cut off (link down) past the session timeout while a batch is
     held (before its Delta commit, or after it with the OffsetCommit next); B takes its
     partitions; nothing lands twice, A commits no offsets in its old generation; exact."""
-    name = "host-cut"
+    return _host_cut(site, work, seed, "host-cut")
+
+
+def host_cut_consumer(site: HostSite, work: Path, seed: int) -> Outcome:
+    """host-cut with the consumer protocol (KIP-848): A's late OffsetCommit carries its old
+    member epoch, which the coordinator fences; exact."""
+    return _host_cut(site, work, seed, "host-cut-consumer")
+
+
+def _host_cut(site: HostSite, work: Path, seed: int, name: str) -> Outcome:
     rng = random.Random(f"{name}:{seed}")
     began = time.monotonic()
     point = rng.choice(["before_delta_commit", "after_delta_commit"])
@@ -266,8 +288,12 @@ def host_cut(site: HostSite, work: Path, seed: int) -> Outcome:
     delay = round(rng.uniform(0.0, 0.5), 3)
     # range (eager) hands A its old partitions back about half the time when it joins
     # again; cooperative-sticky leaves them with B.
-    assignor = rng.choice(["cooperative-sticky", "range"])
-    setup = prepare_on(site, work, name, (assignor,))
+    if name == "host-cut-consumer":
+        assignor = rng.choice(["uniform", "range"])
+        setup = prepare_on(site, work, name, server_assignor=assignor)
+    else:
+        assignor = rng.choice(["cooperative-sticky", "range"])
+        setup = prepare_on(site, work, name, (assignor,))
     outcome = Outcome(
         name, seed, f"{assignor}: A held at {point} #{nth} for {stall}s, cut +{delay}s"
     )
@@ -405,5 +431,6 @@ def _judge_cut(
 
 HOST_CASES: dict[str, Callable[[HostSite, Path, int], Outcome]] = {
     "host-cut": host_cut,
+    "host-cut-consumer": host_cut_consumer,
     "two-hosts": two_hosts_share,
 }

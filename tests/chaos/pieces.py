@@ -112,11 +112,12 @@ class Outcome:
 class Setup:
     topic: str
     group: str
-    table: Path
+    table: Path | str  # a local path, or a URI such as s3://bucket/table
     path: Path
     work: Path
     bootstrap: str
     produced: int = 0
+    storage_options: dict[str, str] | None = None  # the table's, when it is not local
 
     @property
     def dead_letters(self) -> str:
@@ -151,16 +152,19 @@ def prepare(
     }
     for section, entries in (sections or {}).items():
         base.setdefault(section, {}).update(entries)
-    table = work / "table"
+    # ``sections`` may put the table elsewhere (``table.uri``, ``table.storage_options``).
+    table_section = base.get("table", {})
+    table: Path | str = table_section.get("uri", work / "table")
     path = write_config(
         work / "run.toml",
         bootstrap=broker.bootstrap,
         topic=topic,
         group=group,
-        table=table,
+        table=work / "table",
         sections=base,
     )
-    setup = Setup(topic, group, table, path, work, broker.bootstrap)
+    options = table_section.get("storage_options")
+    setup = Setup(topic, group, table, path, work, broker.bootstrap, storage_options=options)
     produce_rounds(setup, rng.randint(*total))
     return setup
 
@@ -292,6 +296,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def landed(setup: Setup) -> int:
+    """The rows in the setup's table now (0 before it exists)."""
+    return row_count(setup.table, setup.storage_options)
+
+
 def check(setup: Setup, *, complete: bool) -> Verdict:
     return verify_exact(
         setup.bootstrap,
@@ -299,6 +308,7 @@ def check(setup: Setup, *, complete: bool) -> Verdict:
         setup.group,
         str(setup.table),
         dead_letter_uri=setup.dead_letters,
+        storage_options=setup.storage_options,
         require_complete=complete,
     )
 
@@ -335,7 +345,7 @@ def settle(
     ``survives``: the product promises to ride out this fault, so needing a rerun is a
     problem (the rerun still runs, to show the table can be repaired)."""
     if ended_well is None:
-        ended_well = outcome.exit_codes[-1] == 0 and row_count(setup.table) >= setup.produced
+        ended_well = outcome.exit_codes[-1] == 0 and landed(setup) >= setup.produced
     if ended_well:
         outcome.verdict = check(setup, complete=True)
         return
@@ -398,10 +408,10 @@ class Producer:
 def continuous_until_landed(run: Run, setup: Setup, outcome: Outcome, timeout: float = 120) -> None:
     """Waits until the table holds every record, then SIGTERM (a graceful stop)."""
     deadline = time.monotonic() + timeout
-    while row_count(setup.table) < setup.produced and run.process.poll() is None:
+    while landed(setup) < setup.produced and run.process.poll() is None:
         if time.monotonic() > deadline:
             outcome.problems.append(
-                f"the table held {row_count(setup.table)} of {setup.produced} after {timeout:g}s"
+                f"the table held {landed(setup)} of {setup.produced} after {timeout:g}s"
             )
             break
         time.sleep(0.3)

@@ -37,8 +37,8 @@ def env(broker: KafkaCluster, request: pytest.FixtureRequest, tmp_path: Path) ->
     return ChaosEnv(tmp_path, broker, spark, s3, cluster)
 
 
-def _check(env: ChaosEnv, case: str, seed: int) -> None:
-    outcome = CASES[case](env, seed)
+def _check(env: ChaosEnv, case: str, seed: int, **options: Any) -> None:
+    outcome = CASES[case](env, seed, **options)
     print(outcome.line())
     assert outcome.passed, outcome.line()
 
@@ -64,7 +64,10 @@ SMOKE = {
     "coordinator-kill-rebalance": 200,
     "coordinator-kill-commit": 200,  # late in the hold: the OffsetCommit meets the dead node
     "leader-election": 200,  # partition 1 back to its preferred leader, node 1
+    "s3-outage": 2,  # down (refused connections) after the first batch
 }
+# The smoke's shorter faults (the chaos runs keep the case's own).
+SMOKE_OPTIONS: dict[str, dict[str, Any]] = {"s3-outage": {"outage": 20.0}}
 
 
 def test_the_smoke_covers_every_case() -> None:
@@ -75,7 +78,7 @@ def test_the_smoke_covers_every_case() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "seed"), sorted(SMOKE.items()))
 def test_smoke(env: ChaosEnv, case: str, seed: int) -> None:
-    _check(env, case, seed)
+    _check(env, case, seed, **SMOKE_OPTIONS.get(case, {}))
 
 
 @pytest.mark.chaos

@@ -303,9 +303,11 @@ def test_a_datum_with_bytes_too_many_does_not_shift_the_next_ones(
 def test_a_registry_that_stays_down_stops_the_run_and_commits_nothing(
     broker: KafkaCluster, schema_registry: SchemaRegistry, tmp_path: Path
 ) -> None:
-    """on_error "fail": each batch attempt retries the registry for retry_timeout, the
-    batch fails three times and the run stops naming the registry; no row, no dead letter
-    and no offset are committed, so a rerun with the registry back lands everything."""
+    """on_error "fail": each batch attempt retries the registry for retry_timeout; an
+    unreachable registry is transient, so the batch is retried for trigger.retry_for (4 s
+    here: three attempts) and the run stops naming the registry and the budget; no row,
+    no dead letter and no offset are committed, so a rerun with the registry back lands
+    everything."""
     topic = unique_name("avro-down")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     values, count = serialized(schema_registry, topic)
@@ -317,12 +319,18 @@ def test_a_registry_that_stays_down_stops_the_run_and_commits_nothing(
         topic=topic,
         group=unique_name("g"),
         table=tmp_path / "table",
-        sections={"table": {"value": {"format": "avro", "schema": DDL}}, "schema_registry": down},
+        sections={
+            "table": {"value": {"format": "avro", "schema": DDL}},
+            "schema_registry": down,
+            "trigger": {"retry_for": "4s"},
+        },
     )
     cfg = load_config(path)
     outcome = group_run(cfg, until_end=True).run()
     assert outcome.exit_code == 1
     assert "schema registry did not answer" in outcome.message, outcome.message
+    assert "3 times in a row" in outcome.message, outcome.message
+    assert "(trigger.retry_for = 4s)" in outcome.message, outcome.message
     assert not (tmp_path / "table" / "_delta_log").exists() or (
         DeltaTable(cfg.table.uri).to_pyarrow_table().num_rows == 0
     )

@@ -115,11 +115,11 @@ def assert_exact(
     assert set(np.unique(partitions).tolist()) <= set(ends)
 
 
-def row_count(uri: str | Path) -> int:
+def row_count(uri: str | Path, storage_options: Mapping[str, str] | None = None) -> int:
     """Rows in the table; 0 while it does not exist yet. Any other failure is raised: a
     broken table must not read as an empty one."""
     try:
-        table = DeltaTable(str(uri))
+        table = DeltaTable(str(uri), storage_options=dict(storage_options or {}))
     except TableNotFoundError:
         return 0
     return table.to_pyarrow_table(columns=["offset"]).num_rows
