@@ -60,6 +60,11 @@ def test_the_issue_example_message() -> None:
         ('[handoff]\nmode = "tape"', "handoff.mode: expected one of 'shm', 'files'"),
         ('[fetch]\ncheck_crc = "yes"', "fetch.check_crc: expected true or false"),
         ("[surprise]\nx = 1", "conf/x.toml: surprise: unknown key"),
+        (
+            '[[route]]\ntopics = "e.*"\nbogus = 1',
+            "conf/x.toml: route[0].bogus: unknown key (known here: field, header, key, "
+            "matches, merge_keys, mode, partition_by, properties, tombstones, topics, uri, value)",
+        ),
         ('[handoff]\nmode = "files"', 'handoff.root: mode "files" needs a root'),
         (
             '[table.transform_tables]\ncustomers = "/lake/customers"',

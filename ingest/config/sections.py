@@ -2,8 +2,9 @@
 
 The one declaration of the config: each field's annotation is what a TOML value is
 validated against (``loader.py`` turns pydantic's errors into ours), its default is the
-product's default, and its description is the key's documentation (the JSON Schema of
-``ingest config-schema`` and ``docs/configuration.md`` are generated from it).
+product's default, and the docstring under it is the key's description (pydantic's
+``use_attribute_docstrings``, read from this source), its documentation: the JSON Schema of
+``ingest config-schema`` and ``docs/configuration.md`` are generated from it.
 ``IngestConfig`` also turns the sections into what the layers below take (the table's
 storage options, the dead-letter URI).
 
@@ -27,7 +28,7 @@ from ingest.client.config import Secret
 from ingest.config import Duration, Size
 from ingest.config.kafka import FetchSection, KafkaSection, SourceSection
 from ingest.config.registry import SchemaRegistrySection
-from ingest.config.units import SECTION, Bool, DeltaUri, Int, SparkMaster, Str, ViewName
+from ingest.config.units import SECTION, Bool, DeltaUri, Int, Regex, SparkMaster, Str, ViewName
 from ingest.errors import ConfigError
 
 
@@ -35,256 +36,176 @@ from ingest.errors import ConfigError
 class WorkerSection:
     """The per-partition workers: backpressure and restarts."""
 
-    max_unacked_bytes: Size = Field(
-        default=Size(256 * 1024**2),
-        description="A worker stops fetching once its segment bytes not yet landed reach "
-        "this (fit to the handoff's free space, docs/deploy.md).",
-    )
-    resume_unacked_bytes: Size = Field(
-        default=Size(128 * 1024**2),
-        description="...and fetches again once they are down to this (below max_unacked_bytes).",
-    )
-    restart_backoff: Duration = Field(
-        default=Duration(1),
-        description="The wait before a crashed worker restarts, doubled at each crash at "
-        "the same offset (capped).",
-    )
-    max_restarts_at_same_offset: Int = Field(
-        default=5,
-        description="Restarts of a worker at the same offset; one more crash there fails "
-        "the partition.",
-    )
-    retry_for: Duration = Field(
-        default=Duration(120),
-        description="How long a worker that fails on unreachable storage or network (the "
-        "handoff's object store, the brokers) is restarted at the same offset beyond "
-        "max_restarts_at_same_offset, from its first such failure; backoff capped at 10 s.",
-    )
+    max_unacked_bytes: Size = Size(256 * 1024**2)
+    """A worker stops fetching once its segment bytes not yet landed reach this (fit to the
+    handoff's free space, docs/deploy.md)."""
+    resume_unacked_bytes: Size = Size(128 * 1024**2)
+    """...and fetches again once they are down to this (below max_unacked_bytes)."""
+    restart_backoff: Duration = Duration(1)
+    """The wait before a crashed worker restarts, doubled at each crash at the same offset
+    (capped)."""
+    max_restarts_at_same_offset: Int = 5
+    """Restarts of a worker at the same offset; one more crash there fails the partition."""
+    retry_for: Duration = Duration(120)
+    """How long a worker that fails on unreachable storage or network (the handoff's object
+    store, the brokers) is restarted at the same offset beyond max_restarts_at_same_offset,
+    from its first such failure; backoff capped at 10 s."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class HandoffSection:
     """Where fetched records wait for their batch: segments in shared memory or files."""
 
-    mode: Literal["shm", "files"] = Field(
-        default="shm",
-        description='"shm": segments in /dev/shm (one host); "files": under root (a '
-        "directory or URI the Spark executors can read).",
-    )
-    root: Str | None = Field(
-        default=None, description='The directory or URI of the segments (mode "files").'
-    )
-    segment_max_bytes: Size = Field(
-        default=Size(64 * 1024**2), description="A segment is sealed at this size..."
-    )
-    segment_max_age: Duration = Field(
-        default=Duration(5), description="...or at this age, whichever comes first."
-    )
-    max_buffered_bytes: Size = Field(
-        default=Size(1024**3),
-        description="Cap on sealed segment bytes not yet landed; fetching pauses above it "
-        "(fit to the handoff's free space, docs/deploy.md).",
-    )
-    full_timeout: Duration = Field(
-        default=Duration(300),
-        description="How long a full handoff filesystem may stay full before the run fails.",
-    )
+    mode: Literal["shm", "files"] = "shm"
+    """\"shm": segments in /dev/shm (one host); "files": under root (a directory or URI the Spark
+    executors can read)."""
+    root: Str | None = None
+    """The directory or URI of the segments (mode "files")."""
+    segment_max_bytes: Size = Size(64 * 1024**2)
+    """A segment is sealed at this size..."""
+    segment_max_age: Duration = Duration(5)
+    """...or at this age, whichever comes first."""
+    max_buffered_bytes: Size = Size(1024**3)
+    """Cap on sealed segment bytes not yet landed; fetching pauses above it (fit to the handoff's
+    free space, docs/deploy.md)."""
+    full_timeout: Duration = Duration(300)
+    """How long a full handoff filesystem may stay full before the run fails."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class TriggerSection:
     """When a batch lands: the first of its size, record count or age."""
 
-    max_bytes: Size = Field(
-        default=Size(1024**3),
-        description="A batch's segment bytes: big enough for a backlog to land in few "
-        "batches (5M records: 1 GiB batches 9.2-9.9 s, 256 MiB 10.2-11.4 s, same broker "
-        "and data).",
-    )
-    max_records: Int = Field(default=5_000_000, description="A batch's records at most.")
-    max_age: Duration = Field(
-        default=Duration(30),
-        description="A batch lands once its oldest pending record is this old.",
-    )
-    shutdown_timeout: Duration = Field(
-        default=Duration(60),
-        description="On SIGTERM/SIGINT: how long the in-flight and final batches get before "
-        "giving up.",
-    )
-    retry_for: Duration = Field(
-        default=Duration(120),
-        description="How long a batch that fails on unreachable storage or network (an "
-        "object store, a schema registry) is retried, from its first failure, before the "
-        "run stops (exit 1); backoff 2 s doubling to 30 s. Other failures get three "
-        "attempts. 0: three attempts for every failure.",
-    )
+    max_bytes: Size = Size(1024**3)
+    """A batch's segment bytes: big enough for a backlog to land in few batches (5M records: 1 GiB
+    batches 9.2-9.9 s, 256 MiB 10.2-11.4 s, same broker and data)."""
+    max_records: Int = 5_000_000
+    """A batch's records at most."""
+    max_age: Duration = Duration(30)
+    """A batch lands once its oldest pending record is this old."""
+    shutdown_timeout: Duration = Duration(60)
+    """On SIGTERM/SIGINT: how long the in-flight and final batches get before giving up."""
+    retry_for: Duration = Duration(120)
+    """How long a batch that fails on unreachable storage or network (an object store, a schema
+    registry) is retried, from its first failure, before the run stops (exit 1); backoff 2 s
+    doubling to 30 s. Other failures get three attempts. 0: three attempts for every failure."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class ValueSection:
     """How record values become columns."""
 
-    format: Literal["binary", "string", "json", "avro", "protobuf", "json_schema"] = Field(
-        default="binary",
-        description='"binary": the value column as bytes; "string": UTF-8 text; "json": '
-        'parsed into columns by schema; "avro", "protobuf", "json_schema": Confluent-framed '
-        "Avro, Protobuf or JSON with a JSON Schema (docs/avro.md, docs/protobuf.md, "
-        "docs/json_schema.md), its writers' schemas from [schema_registry], its fields as "
-        "columns.",
-    )
-    on_incompatible: Literal["dead_letter", "fail"] = Field(
-        default="dead_letter",
-        description="A writer's schema (the registry's formats) that does not fit the table: "
-        "a type that is not the column's or a lossless promotion of it, a required column "
-        "missing, "
-        'a nested field added. "dead_letter": its records, with the schema id and the '
-        'reason; "fail": stop the run (exit 2). New top-level fields always add columns.',
-    )
-    schema: Str | None = Field(
-        default=None,
-        description="The values' Spark DDL (format \"json\"; the registry's formats: the "
-        'columns, default the subject\'s latest schema), e.g. "id BIGINT, name STRING".',
-    )
-    envelope: Literal["none", "debezium"] = Field(
-        default="none",
-        description='"debezium": each value is a Debezium change event ({"before", "after", '
-        '"op"}, maybe inside {"schema", "payload"}); the schema describes before/after. '
-        "Upsert mode only.",
-    )
+    format: Literal["binary", "string", "json", "avro", "protobuf", "json_schema"] = "binary"
+    """\"binary": the value column as bytes; "string": UTF-8 text; "json": parsed into columns by
+    schema; "avro", "protobuf", "json_schema": Confluent-framed Avro, Protobuf or JSON with a JSON
+    Schema (docs/avro.md, docs/protobuf.md, docs/json_schema.md), its writers' schemas from
+    [schema_registry], its fields as columns."""
+    on_incompatible: Literal["dead_letter", "fail"] = "dead_letter"
+    """A writer's schema (the registry's formats) that does not fit the table: a type that is not
+    the column's or a lossless promotion of it, a required column missing, a nested field added.
+    "dead_letter": its records, with the schema id and the reason; "fail": stop the run (exit 2).
+    New top-level fields always add columns."""
+    schema: Str | None = None
+    """The values' Spark DDL (format "json"; the registry's formats: the columns, default the
+    subject's latest schema), e.g. "id BIGINT, name STRING"."""
+    envelope: Literal["none", "debezium"] = "none"
+    """\"debezium": each value is a Debezium change event ({"before", "after", "op"}, maybe inside
+    {"schema", "payload"}); the schema describes before/after. Upsert mode only."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class KeySection:
     """How record keys become the ``key`` column."""
 
-    format: Literal["binary", "string", "avro", "protobuf", "json_schema"] = Field(
-        default="binary",
-        description='"binary": the key as bytes; "string": UTF-8 text (a key that is not is a '
-        'dead letter); "avro", "protobuf", "json_schema": Confluent-framed, its writers\' '
-        "schemas from [schema_registry] (subject <topic>-key): the key column is the "
-        "writer's type (a record's, message's or object's struct, or an Avro primitive).",
-    )
-    record_name: Str | None = Field(
-        default=None,
-        description="The key record's full name, for the record subject name strategies "
-        "(Protobuf: the message whose fields the key has, default the file's first).",
-    )
+    format: Literal["binary", "string", "avro", "protobuf", "json_schema"] = "binary"
+    """\"binary": the key as bytes; "string": UTF-8 text (a key that is not is a dead letter);
+    "avro", "protobuf", "json_schema": Confluent-framed, its writers' schemas from [schema_registry]
+    (subject <topic>-key): the key column is the writer's type (a record's, message's or object's
+    struct, or an Avro primitive)."""
+    record_name: Str | None = None
+    """The key record's full name, for the record subject name strategies (Protobuf: the message
+    whose fields the key has, default the file's first)."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class TableSection:
     """The Delta table the topics land in."""
 
-    uri: Str = Field(
-        description="The Delta table's path or URI (file, s3://, ...). With {topic} in it "
-        '(e.g. "s3://lake/raw/{topic}"), each topic lands in a table of its own, created on '
-        "demand; a batch commits each of its tables in turn, and offsets move only once all "
-        "of them are durable."
-    )
-    mode: Literal["append", "upsert"] = Field(
-        default="append",
-        description='"append": every record a row; "upsert": MERGE by merge_keys.',
-    )
-    merge_keys: list[Str] = Field(
-        default_factory=list, description='The key columns of mode "upsert".'
-    )
-    tombstones: Literal["delete", "ignore", "dead_letter", "keep"] | None = Field(
-        default=None,
-        description="A record with a null value: \"delete\" its key's row (upsert's "
-        'default), "ignore" it, "dead_letter" it, or "keep" it as a row (append\'s '
-        "default). Unset: the mode's default.",
-    )
-    partition_by: list[Str] = Field(
-        default_factory=list, description="The table's partition columns."
-    )
-    properties: dict[Str, Str] = Field(
-        default_factory=dict,
-        description="Delta table properties of a table ingest creates, e.g. "
-        '{ "delta.logRetentionDuration" = "interval 30 days" }; a table that exists keeps '
-        "its own (delta.setTransactionRetentionDuration is refused).",
-    )
-    transform: Str | None = Field(
-        default=None, description="Spark SQL over the view `batch`, run on each batch."
-    )
-    transform_tables: dict[ViewName, DeltaUri] = Field(
-        default_factory=dict,
-        description="Delta tables the transform may name: view name -> table URI (read at "
-        "each batch).",
-    )
-    storage_options: dict[Str, Str] = Field(
-        default_factory=dict, description="delta-rs/object-store options of the table."
-    )
-    storage_options_env: dict[Str, Str] = Field(
-        default_factory=dict,
-        description="Secret storage options: option -> name of the environment variable "
-        "holding its value (read at load).",
-    )
-    value: ValueSection = Field(
-        default_factory=ValueSection, description="How values become columns ([table.value])."
-    )
-    key: KeySection = Field(
-        default_factory=KeySection, description="How keys become the key column ([table.key])."
-    )
+    uri: Str
+    """The Delta table's path or URI (file, s3://, ...). With {topic} in it (e.g.
+    "s3://lake/raw/{topic}"), each topic lands in a table of its own, created on demand; a batch
+    commits each of its tables in turn, and offsets move only once all of them are durable."""
+    mode: Literal["append", "upsert"] = "append"
+    """\"append": every record a row; "upsert": MERGE by merge_keys."""
+    merge_keys: list[Str] = Field(default_factory=list)
+    """The key columns of mode "upsert"."""
+    tombstones: Literal["delete", "ignore", "dead_letter", "keep"] | None = None
+    """A record with a null value: "delete" its key's row (upsert's default), "ignore" it,
+    "dead_letter" it, or "keep" it as a row (append's default). Unset: the mode's default."""
+    partition_by: list[Str] = Field(default_factory=list)
+    """The table's partition columns."""
+    properties: dict[Str, Str] = Field(default_factory=dict)
+    """Delta table properties of a table ingest creates, e.g. { "delta.logRetentionDuration" =
+    "interval 30 days" }; a table that exists keeps its own (delta.setTransactionRetentionDuration
+    is refused)."""
+    transform: Str | None = None
+    """Spark SQL over the view `batch`, run on each batch."""
+    transform_tables: dict[ViewName, DeltaUri] = Field(default_factory=dict)
+    """Delta tables the transform may name: view name -> table URI (read at each batch)."""
+    storage_options: dict[Str, Str] = Field(default_factory=dict)
+    """delta-rs/object-store options of the table."""
+    storage_options_env: dict[Str, Str] = Field(default_factory=dict)
+    """Secret storage options: option -> name of the environment variable holding its value (read at
+    load)."""
+    value: ValueSection = Field(default_factory=ValueSection)
+    """How values become columns ([table.value])."""
+    key: KeySection = Field(default_factory=KeySection)
+    """How keys become the key column ([table.key])."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class DeadLetterSection:
     """Where records that cannot land go."""
 
-    uri: Str | None = Field(
-        default=None,
-        description="The dead-letter Delta table (default: <table uri>_dead_letters).",
-    )
+    uri: Str | None = None
+    """The dead-letter Delta table (default: <table uri>_dead_letters)."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class SparkSection:
     """The Spark session that lands batches."""
 
-    master: SparkMaster = Field(
-        default="local[*]",
-        description="Spark's master URL: local, local[N], local[*], local[N,F], "
-        "local-cluster[N,C,M], spark://host:port, yarn or k8s://...",
-    )
-    app_name: Str = Field(default="ingest", description="spark.app.name.")
-    conf: dict[Str, Str] = Field(
-        default_factory=dict, description="Extra Spark properties (spark.* -> value)."
-    )
-    class_data_sharing: Bool = Field(
-        default=True,
-        description="A class-data-sharing archive of the driver JVM's classes, kept in the "
-        "user's cache (~115 MB): the first run records it, later runs start their JVM in "
-        "about half the time.",
-    )
-    engine: Literal["auto", "spark", "local"] = Field(
-        default="auto",
-        description='Where batches without a transform run on a local master: "auto" and '
-        '"local" in a pool of local processes without a JVM (spark_jobs/local.py); "spark" '
-        "on Spark.",
-    )
+    master: SparkMaster = "local[*]"
+    """Spark's master URL: local, local[N], local[*], local[N,F], local-cluster[N,C,M],
+    spark://host:port, yarn or k8s://..."""
+    app_name: Str = "ingest"
+    """spark.app.name."""
+    conf: dict[Str, Str] = Field(default_factory=dict)
+    """Extra Spark properties (spark.* -> value)."""
+    class_data_sharing: Bool = True
+    """A class-data-sharing archive of the driver JVM's classes, kept in the user's cache (~115 MB):
+    the first run records it, later runs start their JVM in about half the time."""
+    engine: Literal["auto", "spark", "local"] = "auto"
+    """Where batches without a transform run on a local master: "auto" and "local" in a pool of
+    local processes without a JVM (spark_jobs/local.py); "spark" on Spark."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class MetricsSection:
     """Prometheus metrics."""
 
-    listen: Str | None = Field(
-        default=None,
-        description='"host:port" to serve Prometheus text on /metrics, e.g. '
-        '"127.0.0.1:9464"; unset: no server.',
-    )
+    listen: Str | None = None
+    """\"host:port" to serve Prometheus text on /metrics, e.g. "127.0.0.1:9464"; unset: no server."""
 
 
 @dataclass(frozen=True, config=SECTION)
 class LoggingSection:
     """Log records on stderr."""
 
-    format: Literal["kv", "json"] = Field(
-        default="kv", description='"kv": key=value lines; "json": one JSON object a line.'
-    )
-    level: Literal["debug", "info", "warning", "error"] = Field(
-        default="info", description="The lowest level logged."
-    )
+    format: Literal["kv", "json"] = "kv"
+    """\"kv": key=value lines; "json": one JSON object a line."""
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """The lowest level logged."""
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -292,38 +213,24 @@ class MaintenanceSection:
     """Table upkeep (``ingest/sink/maintenance.py``): in ``ingest run`` every ``interval``,
     between batches, on its own thread; ``ingest maintain`` runs one pass on demand."""
 
-    enabled: Bool = Field(
-        default=True,
-        description="Whether `ingest run` keeps the tables (`ingest maintain` always runs).",
-    )
-    interval: Duration = Field(default=Duration(600), gt=0, description="Time between passes.")
-    compact: Bool = Field(default=True, description="Compact small files.")
-    target_file_size: Size = Field(
-        default=Size(128 * 1024**2),
-        ge=Size(1024**2),
-        description="Files below this are compacted, into files of about this size "
-        "(at least 1MiB).",
-    )
-    checkpoint_every: Int = Field(
-        default=10,
-        ge=1,
-        description="A checkpoint once the table moved this many versions past its last "
-        "one (Delta's 10).",
-    )
-    log_retention: Duration = Field(
-        default=Duration(30 * 86400),
-        description="Commit files older than this go (Delta's default; at least 1h).",
-    )
-    vacuum: Bool = Field(default=True, description="VACUUM removed data files.")
-    vacuum_retention: Duration = Field(
-        default=Duration(168 * 3600),
-        description="Removed data files older than this are deleted (Delta's 168h; at least 24h).",
-    )
-    vacuum_full: Bool = Field(
-        default=True,
-        description="Also files no commit names (orphans of a killed run), older than the "
-        "retention.",
-    )
+    enabled: Bool = True
+    """Whether `ingest run` keeps the tables (`ingest maintain` always runs)."""
+    interval: Duration = Field(default=Duration(600), gt=0)
+    """Time between passes."""
+    compact: Bool = True
+    """Compact small files."""
+    target_file_size: Size = Field(default=Size(128 * 1024**2), ge=Size(1024**2))
+    """Files below this are compacted, into files of about this size (at least 1MiB)."""
+    checkpoint_every: Int = Field(default=10, ge=1)
+    """A checkpoint once the table moved this many versions past its last one (Delta's 10)."""
+    log_retention: Duration = Duration(30 * 86400)
+    """Commit files older than this go (Delta's default; at least 1h)."""
+    vacuum: Bool = True
+    """VACUUM removed data files."""
+    vacuum_retention: Duration = Duration(168 * 3600)
+    """Removed data files older than this are deleted (Delta's 168h; at least 24h)."""
+    vacuum_full: Bool = True
+    """Also files no commit names (orphans of a killed run), older than the retention."""
 
     # The floors (ingest.sink.maintenance says why; tests/test_config.py checks they agree).
     VACUUM_FLOOR_HOURS: ClassVar[int] = 24
@@ -340,69 +247,69 @@ class RouteSection:
     own; the keys it leaves unset are [table]'s. The first route that matches a topic
     takes it; with routes, a topic none matches is dead letters (its reason names it)."""
 
-    topics: Str = Field(
-        description='A regular expression a topic\'s whole name matches, e.g. "orders-.*".'
-    )
-    header: Str | None = Field(
-        default=None,
-        description="Route each record by this header's value (UTF-8; a record without it "
-        "matches no such route): the route takes the records whose value `matches` matches.",
-    )
-    field: Str | None = Field(
-        default=None,
-        description="Route each record by this top-level field of its value read as JSON "
-        "(a string as it is, a number or boolean as its JSON text; absent, null or not "
-        "JSON matches no such route): the route takes the records whose field `matches` "
-        "matches.",
-    )
-    matches: Str | None = Field(
-        default=None,
-        description="With header or field: a regular expression the whole value matches, "
-        'e.g. "order(ed|_paid)". The records of a topic the route does not take go to the '
-        "next route that matches.",
-    )
-    uri: DeltaUri | None = Field(
-        default=None, description="Its Delta table ({topic} allowed); default table.uri."
-    )
-    mode: Literal["append", "upsert"] | None = Field(default=None, description="table.mode.")
-    merge_keys: list[Str] | None = Field(default=None, description="table.merge_keys.")
-    tombstones: Literal["delete", "ignore", "dead_letter", "keep"] | None = Field(
-        default=None, description="table.tombstones."
-    )
-    partition_by: list[Str] | None = Field(default=None, description="table.partition_by.")
-    properties: dict[Str, Str] | None = Field(default=None, description="table.properties.")
-    value: ValueSection | None = Field(default=None, description="[table.value].")
-    key: KeySection | None = Field(default=None, description="[table.key].")
+    topics: Regex
+    """A regular expression a topic's whole name matches, e.g. "orders-.*"."""
+    header: Str | None = None
+    """Route each record by this header's value (UTF-8; a record without it matches no such route):
+    the route takes the records whose value `matches` matches."""
+    field: Str | None = None
+    """Route each record by this top-level field of its value read as JSON (a string as it is, a
+    number or boolean as its JSON text; absent, null or not JSON matches no such route): the route
+    takes the records whose field `matches` matches."""
+    matches: Regex | None = None
+    """With header or field: a regular expression the whole value matches, e.g. "order(ed|_paid)".
+    The records of a topic the route does not take go to the next route that matches."""
+    uri: DeltaUri | None = None
+    """Its Delta table ({topic} allowed); default table.uri."""
+    mode: Literal["append", "upsert"] | None = None
+    """table.mode."""
+    merge_keys: list[Str] | None = None
+    """table.merge_keys."""
+    tombstones: Literal["delete", "ignore", "dead_letter", "keep"] | None = None
+    """table.tombstones."""
+    partition_by: list[Str] | None = None
+    """table.partition_by."""
+    properties: dict[Str, Str] | None = None
+    """table.properties."""
+    value: ValueSection | None = None
+    """[table.value]."""
+    key: KeySection | None = None
+    """[table.key]."""
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid", arbitrary_types_allowed=True))
+@dataclass(frozen=True, config=SECTION | ConfigDict(arbitrary_types_allowed=True))
 class IngestConfig:
     """The configuration of `ingest run | replay | status | maintain`: one TOML file."""
 
-    kafka: KafkaSection = Field(description="The Kafka cluster ([kafka]).")
-    source: SourceSection = Field(description="The topics and the group ([source]).")
-    table: TableSection = Field(description="The Delta table ([table]).")
-    fetch: FetchSection = Field(default_factory=FetchSection, description="[fetch].")
-    worker: WorkerSection = Field(default_factory=WorkerSection, description="[worker].")
-    handoff: HandoffSection = Field(default_factory=HandoffSection, description="[handoff].")
-    trigger: TriggerSection = Field(default_factory=TriggerSection, description="[trigger].")
-    dead_letter: DeadLetterSection = Field(
-        default_factory=DeadLetterSection, description="[dead_letter]."
-    )
-    spark: SparkSection = Field(default_factory=SparkSection, description="[spark].")
-    schema_registry: SchemaRegistrySection | None = Field(
-        default=None, description="[schema_registry] (formats avro, protobuf, json_schema)."
-    )
-    metrics: MetricsSection = Field(default_factory=MetricsSection, description="[metrics].")
-    logging: LoggingSection = Field(default_factory=LoggingSection, description="[logging].")
-    maintenance: MaintenanceSection = Field(
-        default_factory=MaintenanceSection, description="[maintenance]."
-    )
-    route: list[RouteSection] = Field(
-        default_factory=list,
-        description="[[route]]: topics to tables by regular expression, each with its own "
-        "format, mode and partitioning (default: every topic to [table]).",
-    )
+    kafka: KafkaSection
+    """The Kafka cluster ([kafka])."""
+    source: SourceSection
+    """The topics and the group ([source])."""
+    table: TableSection
+    """The Delta table ([table])."""
+    fetch: FetchSection = Field(default_factory=FetchSection)
+    """[fetch]."""
+    worker: WorkerSection = Field(default_factory=WorkerSection)
+    """[worker]."""
+    handoff: HandoffSection = Field(default_factory=HandoffSection)
+    """[handoff]."""
+    trigger: TriggerSection = Field(default_factory=TriggerSection)
+    """[trigger]."""
+    dead_letter: DeadLetterSection = Field(default_factory=DeadLetterSection)
+    """[dead_letter]."""
+    spark: SparkSection = Field(default_factory=SparkSection)
+    """[spark]."""
+    schema_registry: SchemaRegistrySection | None = None
+    """[schema_registry] (formats avro, protobuf, json_schema)."""
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
+    """[metrics]."""
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+    """[logging]."""
+    maintenance: MaintenanceSection = Field(default_factory=MaintenanceSection)
+    """[maintenance]."""
+    route: list[RouteSection] = Field(default_factory=list)
+    """[[route]]: topics to tables by regular expression, each with its own format, mode and
+    partitioning (default: every topic to [table])."""
     # Not keys of the file (NOT_IN_FILE): where it was read, and the secrets resolved from
     # the environment at load time, by dotted key.
     path: SkipJsonSchema[str] = "<memory>"

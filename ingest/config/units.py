@@ -30,7 +30,7 @@ Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]
 
 # A section refuses an unknown key, and is validated when built, in Python too.
-SECTION = ConfigDict(extra="forbid")
+SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 # Strings of a shape, checked by pydantic and offered in the JSON Schema; loader.py's
 # ``_MISMATCH`` says what a string that does not match reads as.
@@ -59,11 +59,21 @@ def _view_name(name: str) -> str:
     return name
 
 
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {exc}") from None
+    return text
+
+
 HostPort = Annotated[Str, Field(pattern=HOST_PORT)]
 SparkMaster = Annotated[Str, Field(pattern=SPARK_MASTER_URL)]
 DeltaUri = Annotated[Str, Field(pattern=DELTA_URI)]
 # A view name a transform's SQL may read (``batch`` is the batch's own view).
 ViewName = Annotated[Str, AfterValidator(_view_name)]
+# A regular expression (Python's syntax), compiled at load.
+Regex = Annotated[Str, AfterValidator(_regex)]
 
 _SIZE_UNITS: dict[str, float] = {
     "": 1, "b": 1,

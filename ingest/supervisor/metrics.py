@@ -64,52 +64,43 @@ STAGES = ("plan", "spark", "dead_letters", "commit", "total")
 # Batches take seconds to minutes: 50 ms .. 10 min.
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
-_KINDS: dict[str, type[Counter | Gauge | Histogram]] = {
-    "counter": Counter,
-    "gauge": Gauge,
-    "histogram": Histogram,
-}
-
 # name -> (type, help, labels)
-METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+METRICS: dict[str, tuple[type[Counter | Gauge | Histogram], str, tuple[str, ...]]] = {
     "ingest_partition_lag": (
-        "gauge", "End offset minus committed offset, per partition.", PARTITION),
+        Gauge, "End offset minus committed offset, per partition.", PARTITION),
     "ingest_partition_end_offset": (
-        "gauge", "End offset (Fetch high watermark) per partition.", PARTITION),
+        Gauge, "End offset (Fetch high watermark) per partition.", PARTITION),
     "ingest_partition_committed_offset": (
-        "gauge", "Group committed offset per partition.", PARTITION),
-    "ingest_partition_durable_offset": ("gauge", "Delta txn version per partition.", PARTITION),
+        Gauge, "Group committed offset per partition.", PARTITION),
+    "ingest_partition_durable_offset": (Gauge, "Delta txn version per partition.", PARTITION),
     "ingest_partition_failed": (
-        "gauge", "1 when the partition is stopped after repeated crashes.", PARTITION),
-    "ingest_partitions_assigned": ("gauge", "Partitions this supervisor owns.", ()),
+        Gauge, "1 when the partition is stopped after repeated crashes.", PARTITION),
+    "ingest_partitions_assigned": (Gauge, "Partitions this supervisor owns.", ()),
     "ingest_records_consumed_total": (
-        "counter", "Records in sealed segments, per partition.", PARTITION),
+        Counter, "Records in sealed segments, per partition.", PARTITION),
     "ingest_bytes_consumed_total": (
-        "counter", "Arrow bytes in sealed segments, per partition.", PARTITION),
-    "ingest_rows_written_total": ("counter", "Rows committed to the Delta table.", ()),
-    "ingest_dead_letters_total": ("counter", "Rows committed to the dead-letter table.", ()),
-    "ingest_batches_total": ("counter", "Spark batches, by outcome.", ("outcome",)),
+        Counter, "Arrow bytes in sealed segments, per partition.", PARTITION),
+    "ingest_rows_written_total": (Counter, "Rows committed to the Delta table.", ()),
+    "ingest_dead_letters_total": (Counter, "Rows committed to the dead-letter table.", ()),
+    "ingest_batches_total": (Counter, "Spark batches, by outcome.", ("outcome",)),
     "ingest_batch_stage_seconds": (
-        "histogram", "Time per batch stage (plan, spark, dead_letters, commit; total: the "
+        Histogram, "Time per batch stage (plan, spark, dead_letters, commit; total: the "
         "whole batch).", ("stage",)),
-    "ingest_offset_commits_total": ("counter", "Kafka offset commits, by outcome.", ("outcome",)),
-    "ingest_rebalances_total": ("counter", "Assignments received from the group.", ()),
-    "ingest_partitions_lost_total": ("counter", "Partitions lost with the membership.", ()),
+    "ingest_offset_commits_total": (Counter, "Kafka offset commits, by outcome.", ("outcome",)),
+    "ingest_rebalances_total": (Counter, "Assignments received from the group.", ()),
+    "ingest_partitions_lost_total": (Counter, "Partitions lost with the membership.", ()),
     "ingest_worker_restarts_total": (
-        "counter", "Worker restarts after a crash, per partition.", PARTITION),
-    "ingest_buffered_bytes": ("gauge", "Bytes of sealed segments not yet released.", ()),
+        Counter, "Worker restarts after a crash, per partition.", PARTITION),
+    "ingest_buffered_bytes": (Gauge, "Bytes of sealed segments not yet released.", ()),
     "ingest_group_requests_total": (
-        "counter", "Requests sent to the group coordinator, per API.", ("api",)),
+        Counter, "Requests sent to the group coordinator, per API.", ("api",)),
 }  # fmt: skip
 
-# A partition's state, which only its owner reports: dropped once it is no longer owned
-# (revoked, lost), so a former owner never keeps exporting a lag that stopped moving.
-OWNED = (
-    "ingest_partition_lag",
-    "ingest_partition_end_offset",
-    "ingest_partition_committed_offset",
-    "ingest_partition_durable_offset",
-    "ingest_partition_failed",
+# A partition's state (its gauges: lag, offsets, failed), which only its owner reports:
+# dropped once it is no longer owned (revoked, lost), so a former owner never keeps
+# exporting a lag that stopped moving.
+OWNED = tuple(
+    n for n, (kind, _, labels) in METRICS.items() if kind is Gauge and labels == PARTITION
 )
 
 # Fixed label sets, exported at zero from the start.
@@ -130,10 +121,8 @@ class Metrics:
         self._owned: set[tuple[str, str]] = set()  # (topic, partition) with OWNED series
         self._owned_lock = threading.Lock()  # the main thread and the scrape's collector
         for name, (kind, text, labels) in METRICS.items():
-            options: dict[str, Any] = {"buckets": STAGE_BUCKETS} if kind == "histogram" else {}
-            self._families[name] = _KINDS[kind](
-                name, text, labels, registry=self.registry, **options
-            )
+            options: dict[str, Any] = {"buckets": STAGE_BUCKETS} if kind is Histogram else {}
+            self._families[name] = kind(name, text, labels, registry=self.registry, **options)
         for name, values in _BASELINE.items():
             for value in values:
                 self._families[name].labels(value)

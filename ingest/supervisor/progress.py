@@ -102,21 +102,17 @@ class Progress:
             self._bar = Bar(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                TextColumn("{task.fields[counts]} records  {task.fields[rate]}/s"),
+                TextColumn(
+                    "{task.completed:,.0f}/{task.total:,.0f} records  {task.fields[rate]}/s"
+                ),
                 TimeRemainingColumn(),
                 console=self.console,
                 redirect_stdout=False,  # ingest.supervisor.terminal already does
                 redirect_stderr=False,
             )
-            self._task = self._bar.add_task(self.label, counts="", rate="")
+            self._task = self._bar.add_task(self.label, rate="")
             self._bar.start()
-        self._bar.update(
-            self._task,
-            completed=self.done,
-            total=self.total,
-            counts=f"{self.done:,}/{self.total:,}",
-            rate=_rate(rate),
-        )
+        self._bar.update(self._task, completed=self.done, total=self.total, rate=_rate(rate))
         if final:
             self.close()
 

@@ -19,10 +19,11 @@ Nothing here needs the group membership, so it can run beside ``ingest run``.
 from __future__ import annotations
 
 import datetime as dt
+import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich import box
+from rich.box import SIMPLE_HEAD, Box
 from rich.console import Console
 from rich.table import Table
 
@@ -250,21 +251,18 @@ def _footer(report: dict[str, Any]) -> list[str]:
 
 
 def render_text(report: dict[str, Any]) -> str:
-    """The report as plain text (off a terminal)."""
-    lines = _heading(report)
-    body = [tuple(_cell(row[key]) for key in _COLUMNS) for row in report["partitions"]]
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(_COLUMNS)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(_COLUMNS, widths, strict=True)))
-    for row in body:
-        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
-    return "\n".join(lines + _footer(report)) + "\n"
+    """The report as plain text (off a terminal): the same table, without its rule."""
+    out = io.StringIO()
+    plain = Console(file=out, width=10_000, color_system=None, markup=False, highlight=False)
+    print_table(report, plain, box=None)
+    return out.getvalue()
 
 
-def print_table(report: dict[str, Any], console: Console) -> None:
+def print_table(report: dict[str, Any], console: Console, *, box: Box | None = SIMPLE_HEAD) -> None:
     """The report on a terminal: the partitions as a ``rich`` table."""
     for line in _heading(report):
         console.print(line)
-    table = Table(box=box.SIMPLE_HEAD)
+    table = Table(box=box, pad_edge=box is not None)
     for column in _COLUMNS:
         table.add_column(column, justify="left" if column == "topic" else "right")
     for row in report["partitions"]:
