@@ -109,6 +109,9 @@ class ConsumerCore:
         self._revoking: frozenset[Partition] = frozenset()
         self._revocations_pending = 0
         self._announced = False  # PartitionsAssigned given since joining
+        # The first member epoch after joining with epoch 0 (None while joining): commits
+        # made in earlier epochs belong to an earlier membership (``refuse_commit``).
+        self._membership_since: int | None = None
         self._leave_force = False
         self._inflight = InFlight(queues={key: deque() for key in _API_KEYS})
 

@@ -25,6 +25,7 @@ class ConsumerEffects(ConsumerCore):
         """Epoch 0; ``_pump`` sends the joining heartbeat (every field) at ``step.at``."""
         self._round += 1
         self._member_epoch = 0
+        self._membership_since = None
         self._target = None
         self._sent = None
         self._announced = False
@@ -62,6 +63,7 @@ class ConsumerEffects(ConsumerCore):
     def _do_reset_epoch(self, step: Step, now: float, out: list[ConsumerOutput]) -> None:
         self._round += 1
         self._member_epoch = 0
+        self._membership_since = None
         self._target = None
         self._sent = None
 
@@ -83,6 +85,7 @@ class ConsumerEffects(ConsumerCore):
 
     def _do_forget_membership(self, step: Step, now: float, out: list[ConsumerOutput]) -> None:
         self._member_epoch = 0
+        self._membership_since = None
         self._owned = frozenset()
         self._target = None
         self._sent = None

@@ -138,6 +138,7 @@ class ConsumerHandlers(ConsumerCore):
             active=self._can_commit(),
             assignment=self.assignment,
             coordinator_known=coordinator is not None,
+            membership_since=self._membership_since,
         )
         if answer is not None:
             out.append(answer)
@@ -320,6 +321,8 @@ class ConsumerHandlers(ConsumerCore):
             return Step(Outcome.FAIL, lost=fatal.message, report=fatal)
         if response.member_id:
             self._member_id = response.member_id  # v0: the coordinator may choose it
+        if self._member_epoch == 0 or self._membership_since is None:
+            self._membership_since = response.member_epoch
         self._member_epoch = response.member_epoch
         if response.heartbeat_interval_ms > 0:
             self._interval = response.heartbeat_interval_ms / 1000

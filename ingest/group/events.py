@@ -97,7 +97,10 @@ class Commit:
     another one meanwhile (its session expired and it joined again while the caller was
     held), the commit is refused (ILLEGAL_GENERATION) without being sent: it was made
     from the caller's books of the old generation, and the new one would carry it past
-    the coordinator's fence. None: not checked."""
+    the coordinator's fence. With the consumer protocol (KIP-848) it is the member epoch
+    of that PartitionsAssigned; the epoch moves on within a membership, so only a commit
+    made before the member's current membership began is refused (FENCED_MEMBER_EPOCH).
+    None: not checked."""
 
     offsets: Mapping[Partition, int]
     metadata: str | None = None

@@ -55,12 +55,17 @@ def refuse_commit(
     assignment: frozenset[Partition],
     coordinator_known: bool,
     generation: int | None = None,
+    membership_since: int | None = None,
 ) -> CommitFailed | OffsetsCommitted | None:
     """The machine's own answer to ``commit``, or None when it goes to the coordinator.
 
     ``active``: a member of a generation that may commit (stable, or revoking);
     ``assignment``: the partitions it may commit (those being revoked included);
-    ``generation``: the member's generation, which a commit made for another refuses.
+    ``generation``: the member's generation, which a commit made for another refuses;
+    ``membership_since``: the consumer protocol's member epoch at which the membership
+    began (its first epoch after joining with epoch 0): a commit made in an earlier epoch
+    comes from an earlier membership's books and is refused. Within one membership the
+    epoch moves on with the group's assignments, which fence nothing.
     """
 
     def refuse(name: str, message: str, retriable: bool = False) -> CommitFailed:
@@ -76,6 +81,16 @@ def refuse_commit(
         return refuse(
             "ILLEGAL_GENERATION",
             f"made for generation {commit.generation}; the member is in generation {generation}",
+        )
+    if (
+        commit.generation is not None
+        and membership_since is not None
+        and commit.generation < membership_since
+    ):
+        return refuse(
+            "FENCED_MEMBER_EPOCH",
+            f"made in member epoch {commit.generation}, before this membership began "
+            f"(epoch {membership_since})",
         )
     not_owned = sorted(set(commit.offsets) - assignment)
     if not_owned:

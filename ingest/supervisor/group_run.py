@@ -416,10 +416,9 @@ class GroupSource:
             for p in offsets
             if self.engine.states[p].landed_epoch >= 0
         }
-        classic = not isinstance(self.group, ConsumerGroupConfig)
-        self._member().commit_async(
-            offsets, metadata, epochs, generation=self.generation if classic else None
-        )
+        # The generation (classic) or member epoch (consumer protocol) of the assignment
+        # this loop last handled: the member refuses the commit if it joined again since.
+        self._member().commit_async(offsets, metadata, epochs, generation=self.generation)
         self._commit_in_flight = _CommitInFlight(offsets, self.engine.last_table_version)
         return True
 

@@ -49,7 +49,12 @@ _CONSUMER_GROUP = {
 }
 SUPERVISORS = ("sup-a", "sup-b")
 HOST_NAMES = ("kafka-1", "kafka-2", "kafka-3", "client", *SUPERVISORS)
-_ASSIGNED = re.compile(r"event=partitions_assigned .*?assignment=(\S*)")
+# What the run owns, from its log: an assignment names all it owns; with the consumer
+# protocol (KIP-848) a revocation comes without a new assignment, and so may a loss.
+_OWNERSHIP = re.compile(
+    r"event=(partitions_assigned) .*?assignment=(\S*)"
+    r"|event=(partitions_revoked|partitions_lost) partitions=(\S*)"
+)
 
 
 @dataclass
@@ -130,9 +135,14 @@ def run_on(host: Host, setup: Setup, log: str, env: dict[str, str] | None = None
 
 
 def assignment(run: Run) -> list[str]:
-    """The partitions of the run's latest assignment."""
-    found = _ASSIGNED.findall(run.text())
-    return [p for p in found[-1].split(",") if p] if found else []
+    """The partitions the run owns now, by its log."""
+    owned: set[str] = set()
+    for assigned, given, _, taken in _OWNERSHIP.findall(run.text()):
+        if assigned:
+            owned = {p for p in given.strip('"').split(",") if p}
+        else:
+            owned -= set(taken.strip('"').split(","))
+    return sorted(owned)
 
 
 def workers(run: Run) -> int:
@@ -196,16 +206,20 @@ class Pair:
 def _start_pair(site: HostSite, setup: Setup, env_a: dict[str, str] | None = None) -> Pair:
     """A first, then B once A owns partitions; returns once both own some."""
     pair = Pair()
-    a = run_on(site.supervisor("sup-a"), setup, "run-a.log", env_a)
-    pair.runs.append(a)
-    wait_until(lambda: len(assignment(a)) > 0, 90, "host A's first assignment")
-    b = run_on(site.supervisor("sup-b"), setup, "run-b.log")
-    pair.runs.append(b)
-    wait_until(
-        lambda: len(assignment(b)) > 0 and len(assignment(a)) < PARTITIONS,
-        90,
-        "hosts A and B sharing the partitions",
-    )
+    try:
+        a = run_on(site.supervisor("sup-a"), setup, "run-a.log", env_a)
+        pair.runs.append(a)
+        wait_until(lambda: len(assignment(a)) > 0, 90, "host A's first assignment")
+        b = run_on(site.supervisor("sup-b"), setup, "run-b.log")
+        pair.runs.append(b)
+        wait_until(
+            lambda: len(assignment(b)) > 0 and len(assignment(a)) < PARTITIONS,
+            90,
+            "hosts A and B sharing the partitions",
+        )
+    except BaseException:
+        pair.kill()  # a case that cannot run leaves no supervisor behind
+        raise
     return pair
 
 

@@ -412,6 +412,28 @@ def test_commits_carry_the_member_epoch_at_offset_commit_v9() -> None:
     assert done.offsets == {Partition(TOPIC, 1): 42}
 
 
+def test_a_commit_made_before_the_membership_began_is_refused_unsent() -> None:
+    """The caller's books of an earlier membership (held while its member was fenced and
+    joined again, host-cut-consumer) must not pass the coordinator's epoch check in the
+    new one; within one membership the epoch moves on with the group's assignments, and a
+    commit made at an earlier epoch of it still goes."""
+    m = Member()
+    m.stable()  # epoch 1
+    m.heartbeat(ok(3))  # the group's epoch moved on: the same membership
+    (request,) = requests_of(m(Commit({Partition(TOPIC, 1): 5}, generation=1)), OffsetCommitRequest)
+    assert request.generation_id_or_member_epoch == 3
+    m(commit_response(request))
+    m.heartbeat(error(E.FENCED_MEMBER_EPOCH))  # fenced: lost, and joining at epoch 0
+    out = m(ok(6, {TOPIC: (0, 1)}))  # the new membership, the same partitions back
+    assert [e.generation_id for e in events_of(out, PartitionsAssigned)] == [6]
+    (refused,) = events_of(m(Commit({Partition(TOPIC, 1): 2}, generation=3)), CommitFailed)
+    assert refused.error_name == "FENCED_MEMBER_EPOCH" and refused.error_code is None
+    assert "epoch 3" in refused.message and "(epoch 6)" in refused.message
+    assert not requests_of(m(Tick()), OffsetCommitRequest)
+    (request,) = requests_of(m(Commit({Partition(TOPIC, 1): 7}, generation=6)), OffsetCommitRequest)
+    assert request.generation_id_or_member_epoch == 6
+
+
 def test_commits_are_refused_for_partitions_not_owned_and_allowed_while_revoking() -> None:
     m = Member()
     m.revoking()  # orders-1 being revoked
