@@ -1,0 +1,370 @@
+"""Scale benchmark: two supervisor hosts with a Spark worker each against one host on
+``local[2]`` (issue 19, item 4).
+
+Network-namespace hosts on this machine (``ingest.testing.netns``, root): ``kafka`` (one
+Apache Kafka node), ``client`` (the producer and the checks), ``sup-a``, ``sup-b`` and
+``spark-master``. One topic, ``--partitions`` x ``--records`` JSON values of 100 B
+(e2e.py's producer), produced once; then, on the same topic, each with its own group and
+table, in one run:
+
+* (A) one host: ``ingest run --until-end`` on ``sup-a``, ``spark.master = "local[2]"``,
+  ``spark.engine = "spark"`` (Spark's executors in the supervisor's JVM);
+* (B) two hosts: ``ingest run --until-end`` on ``sup-a`` and on ``sup-b`` at once, one
+  group, ``spark.master`` a standalone master on ``spark-master`` with a worker (1 core,
+  ``--worker-memory``) on each supervisor host (``SparkCluster(hosts=..., master_host=...)``,
+  started before the runs, as a standing cluster is; its start time is printed apart);
+  each supervisor's application capped at one core (``spark.cores.max``), so the two
+  applications hold the two workers' cores, as local[2] holds two.
+
+Both use the handoff in files mode on one directory (what a shared mount is to several
+hosts), the product's other defaults, JSON logs. Per run: wall seconds (process start to
+the last exit), rows/s, CPU seconds of every process (the supervisors' trees; in (B) also
+the Spark workers, their executors and the master; the broker apart), CPU by kind, and
+where the time went from each supervisor's ``batch_committed`` events (``stages``: plan,
+spark, dead_letters, commit) and its workers' fetch span. Every table is checked exact
+(each (partition, offset) once, with the value produced there, no dead letters) and the
+group's committed offsets at the ends.
+
+On one machine the hosts share its cores: (B) cannot be faster than the cores allow, so
+its ratio shows what distribution costs, not what more machines give; the projection at
+the end is arithmetic on (A)'s and (B)'s per-stage costs (docs/benchmarks.md).
+
+    flock /tmp/ingest-bench.lock .venv/bin/python scripts/bench/scale.py      # 32 x 200k
+    .venv/bin/python scripts/bench/scale.py --partitions 8 --records 20000    # a quick one
+
+The last line is ``RESULT two_hosts_vs_one=<B rows/s over A's> a_rows_per_s=.. b_rows_per_s=..
+cpu_b_vs_a=.. exact=<true|false>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from _pipeline import (
+    ROOT,
+    RunPhases,
+    TreeSampler,
+    check_exact,
+    dead_letter_rows,
+    gib,
+    load_average,
+    log_events,
+    machine,
+    produce_json,
+    run_phases,
+    write_config,
+)
+
+from ingest.testing import KafkaCluster, SparkCluster, create_topic, unique_name
+from ingest.testing.apache_kafka import wait_for_leaders
+from ingest.testing.netns import Host, HostNetwork, unavailable
+
+HOSTS = ("kafka", "client", "sup-a", "sup-b", "spark-master")
+SUPERVISORS = ("sup-a", "sup-b")
+RUN_TIMEOUT = 3600.0
+
+
+@dataclass
+class HostRun:
+    """One ``ingest run --until-end`` in a host, its process tree sampled."""
+
+    host: Host
+    log: Path
+    process: subprocess.Popen[bytes]
+    sampler: TreeSampler
+    began: float
+    seconds: float | None = None
+
+    @classmethod
+    def start(cls, host: Host, config: Path, log: Path) -> HostRun:
+        argv = [sys.executable, "-m", "ingest.cli", "run", "-c", str(config), "--until-end"]
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=str(ROOT),
+            # The driver binds to and advertises its host's address (executors call it).
+            SPARK_LOCAL_IP=host.address,
+        )
+        with open(log, "w") as out:
+            process = subprocess.Popen(
+                host.argv(argv), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+        sampler = TreeSampler(process.pid).__enter__()
+        return cls(host, log, process, sampler, time.perf_counter())
+
+    def wait(self, deadline: float) -> int:
+        try:
+            code = self.process.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"ingest on {self.host.name} ran over; log {self.log}") from None
+        self.seconds = time.perf_counter() - self.began
+        self.sampler.__exit__()
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(30)
+        self.sampler.__exit__()
+
+
+@dataclass
+class Outcome:
+    """One configuration's figures."""
+
+    label: str
+    seconds: float
+    rows: int
+    cpu: float
+    cpu_by_kind: dict[str, float]
+    peak_rss: int
+    hosts: dict[str, RunPhases]
+    landed: dict[str, int]
+    problem: str | None
+    broker_cpu: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def committed_at_ends(bootstrap: str, group: str, topic: str, ends: Mapping[int, int]) -> str:
+    """None-like "" when the group's committed offsets are the partitions' ends."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=30)
+    finally:
+        consumer.close()
+    behind = [f"{tp.partition}@{tp.offset}" for tp in committed if tp.offset != ends[tp.partition]]
+    return f"committed offsets short of the end: {behind[:4]}" if behind else ""
+
+
+def landed_rows(log: Path) -> int:
+    return sum(int(e["rows"]) for e in log_events(log) if e.get("event") == "batch_committed")
+
+
+def interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds through main's teardown
+
+
+def run_config(
+    label: str,
+    network: HostNetwork,
+    names: Sequence[str],
+    work: Path,
+    *,
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    per: int,
+    sections: Mapping[str, Mapping[str, Any]],
+    also_sampled: Sequence[int] = (),
+    broker_pid: int | None = None,
+) -> Outcome:
+    """``ingest run --until-end`` on each host of ``names`` at once, one group and table."""
+    here = work / label
+    here.mkdir()
+    group, table = unique_name(f"scale-{label}"), here / "table"
+    config = write_config(
+        here / "run.toml", bootstrap=bootstrap, topic=topic, group=group, table=table,
+        sections=sections,
+    )  # fmt: skip
+    others = [TreeSampler(pid, pss=False).__enter__() for pid in also_sampled]
+    broker = TreeSampler(broker_pid, pss=False).__enter__() if broker_pid else None
+    runs: list[HostRun] = []
+    began = time.perf_counter()
+    try:
+        for name in names:
+            runs.append(HostRun.start(network[name], config, here / f"{name}.log"))
+        deadline = time.monotonic() + RUN_TIMEOUT
+        codes = [run.wait(deadline) for run in runs]
+        seconds = time.perf_counter() - began
+    finally:
+        for run in runs:
+            run.kill()
+        for sampler in [*others, *([broker] if broker else [])]:
+            sampler.__exit__()
+    for run, code in zip(runs, codes, strict=True):
+        if code != 0:
+            raise RuntimeError(f"{label}: ingest on {run.host.name} exited {code}; log {run.log}")
+    problem = check_exact(table, ends, per)
+    dead = dead_letter_rows(f"{table}_dead_letters")
+    if problem is None and dead:
+        problem = f"{dead} dead letters"
+    if problem is None:
+        problem = network["client"].call(committed_at_ends, bootstrap, group, topic, ends) or None
+    kinds: dict[str, float] = {}
+    for sampler in [*(r.sampler for r in runs), *others]:
+        for kind, spent in sampler.cpu_by_kind().items():
+            key = "spark cluster jvm" if sampler in others and kind == "spark jvm" else kind
+            kinds[key] = kinds.get(key, 0.0) + spent
+    return Outcome(
+        label,
+        seconds,
+        sum(ends.values()),
+        sum(kinds.values()),
+        dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+        sum(r.sampler.peak_rss for r in runs),
+        {r.host.name: run_phases(r.log) for r in runs},
+        {r.host.name: landed_rows(r.log) for r in runs},
+        problem,
+        broker.cpu_seconds if broker else 0.0,
+        {f"{r.host.name} s": r.seconds or 0.0 for r in runs},
+    )
+
+
+def spark_cluster_pids(cluster: SparkCluster) -> list[int]:
+    return [p.pid for p in [cluster.master, *cluster.workers] if p.pid is not None]
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def describe(outcome: Outcome) -> None:
+    print(
+        f"\n## {outcome.label}: {outcome.seconds:.1f} s, {outcome.rate:,.0f} rows/s, "
+        f"CPU {outcome.cpu:.1f} s ({outcome.cpu / outcome.rows * 1e6:.2f} us/row; broker "
+        f"{outcome.broker_cpu:.1f} s apart), peak RSS of the supervisors' trees "
+        f"{gib(outcome.peak_rss):.2f} GiB, exact: {outcome.problem or 'yes'}"
+    )
+    print("   CPU s by kind: " + ", ".join(f"{k} {v:.1f}" for k, v in outcome.cpu_by_kind.items()))
+    for host, phases in outcome.hosts.items():
+        print(
+            f"   {host}: ran {outcome.extra.get(f'{host} s', 0):.1f} s, landed "
+            f"{outcome.landed[host]:,} rows; {phases.describe()}"
+        )
+
+
+def projection(a: Outcome, b: Outcome, cores_per_host: int) -> list[str]:
+    """Arithmetic, not a measurement: rows/s for N hosts of ``cores_per_host`` cores each,
+    from the CPU a row costs (per host, parallel) and the Delta commits (serial on the
+    table), as measured in (A) and (B)."""
+    lines = []
+    commits = [p.stages.get("commit", 0.0) for p in b.hosts.values()]
+    batches = sum(p.batches for p in b.hosts.values())
+    commit_each = sum(commits) / batches if batches else 0.0
+    for name, outcome in (("A", a), ("B", b)):
+        per_row = outcome.cpu / outcome.rows
+        lines.append(f"CPU a row in ({name}): {per_row * 1e6:.2f} us")
+    per_row_b = b.cpu / b.rows
+    batch_rows = b.rows / batches if batches else 0
+    lines.append(
+        f"(B) Delta commits: {batches} batches of {batch_rows:,.0f} rows on average, "
+        f"{commit_each:.2f} s each (serial on the table: one commit at a time wins)"
+    )
+    for hosts in (1, 2, 4, 8):
+        cpu_bound = hosts * cores_per_host / per_row_b
+        commit_bound = batch_rows / commit_each if commit_each else float("inf")
+        lines.append(
+            f"projected, {hosts} host(s) of {cores_per_host} own cores: "
+            f"min(CPU {cpu_bound:,.0f}, commits {commit_bound:,.0f}) = "
+            f"{min(cpu_bound, commit_bound):,.0f} rows/s"
+        )
+    return lines
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=32)
+    parser.add_argument("--records", type=int, default=200_000, help="per partition")
+    parser.add_argument("--worker-memory", default="2g", help="each Spark worker's memory")
+    parser.add_argument("--only", default="a,b", help="a, b or a,b (default)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    reason = unavailable()
+    if reason is not None:
+        sys.exit(f"scale.py needs network namespaces: {reason}")
+    only = set(args.only.split(","))
+    per, partitions = args.records, args.partitions
+    ends = dict.fromkeys(range(partitions), per)
+    work = Path(tempfile.mkdtemp(prefix="ingest-bench-scale-"))
+    print(f"# {machine()}; load average before: {load_average()}; work dir {work}")
+    outcomes: dict[str, Outcome] = {}
+    network = HostNetwork(HOSTS, call_timeout=RUN_TIMEOUT)
+    kafka: KafkaCluster | None = None
+    spark: SparkCluster | None = None
+    # SIGTERM (a killed bench) unwinds through the finally below like Ctrl-C.
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        network.start()
+        kafka = KafkaCluster(1, hosts=[network["kafka"]]).start()
+        bootstrap = kafka.bootstrap
+        client = network["client"]
+        topic = unique_name("bench-scale")
+        client.call(create_topic, bootstrap, topic, partitions=partitions)
+        client.call(wait_for_leaders, bootstrap, topic)
+        produced = client.call(produce_json, bootstrap, topic, partitions, per, idempotent=True)
+        print(f"# {partitions} x {per:,} records of 100 B produced in {produced:.1f} s")
+        handoff = work / "handoff"
+        handoff.mkdir()
+        base: dict[str, dict[str, Any]] = {
+            "handoff": {"mode": "files", "root": str(handoff)},
+        }
+        common = {"bootstrap": bootstrap, "topic": topic, "ends": ends, "per": per}
+        broker_pid = kafka.pid
+        if "a" in only:
+            sections = {**base, "spark": {"master": "local[2]", "engine": "spark"}}
+            outcomes["A"] = run_config(
+                "A-one-host", network, ["sup-a"], work, sections=sections,
+                broker_pid=broker_pid, **common,
+            )  # fmt: skip
+            describe(outcomes["A"])
+        if "b" in only:
+            began = time.perf_counter()
+            spark = SparkCluster(
+                hosts=[network[name] for name in SUPERVISORS],
+                master_host=network["spark-master"],
+                memory=args.worker_memory,
+                work_dir=work / "spark",
+            ).start()
+            print(f"# Spark master + 2 workers ready in {time.perf_counter() - began:.1f} s")
+            conf = {"spark.cores.max": "1", "spark.executor.memory": args.worker_memory}
+            sections = {**base, "spark": {"master": spark.master_url, "conf": conf}}
+            outcomes["B"] = run_config(
+                "B-two-hosts", network, list(SUPERVISORS), work, sections=sections,
+                also_sampled=spark_cluster_pids(spark), broker_pid=broker_pid, **common,
+            )  # fmt: skip
+            describe(outcomes["B"])
+    finally:
+        for stop in (spark.cleanup if spark else None, kafka.cleanup if kafka else None):
+            if stop is not None:
+                try:
+                    stop()
+                except Exception as exc:  # the rest is still torn down
+                    print(f"# teardown: {exc}")
+        network.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\n# load average after: {load_average()}")
+    exact = all(o.problem is None for o in outcomes.values())
+    parts = []
+    if "A" in outcomes and "B" in outcomes:
+        a, b = outcomes["A"], outcomes["B"]
+        for line in projection(a, b, 2):
+            print(f"# {line}")
+        parts += [f"two_hosts_vs_one={b.rate / a.rate:.2f}", f"cpu_b_vs_a={b.cpu / a.cpu:.2f}"]
+    parts += [f"{k.lower()}_rows_per_s={o.rate:.0f}" for k, o in outcomes.items()]
+    print("RESULT " + " ".join([*parts, f"exact={str(exact).lower()}"]))
+
+
+if __name__ == "__main__":
+    main()
