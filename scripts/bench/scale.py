@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -136,6 +137,7 @@ class Outcome:
     problem: str | None
     broker_cpu: float
     extra: dict[str, float] = field(default_factory=dict)
+    warm_up: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -226,6 +228,7 @@ def run_config(
         problem,
         broker.cpu_seconds if broker else 0.0,
         {f"{r.host.name} s": r.seconds or 0.0 for r in runs},
+        {r.host.name: warm_up_seconds(r.log) for r in runs},
     )
 
 
@@ -234,6 +237,16 @@ def spark_cluster_pids(cluster: SparkCluster) -> list[int]:
 
 
 # -- report ----------------------------------------------------------------------------------
+
+
+def warm_up_seconds(log: Path) -> float | None:
+    """The session's warm-up job (``spark warm-up job took Xs``): on a cluster, mostly
+    the executor's start (its JVM, its Python daemon) before the first batch can run."""
+    for entry in log_events(log):
+        found = re.match(r"spark warm-up job took ([\d.]+)s", str(entry.get("msg", "")))
+        if found:
+            return float(found.group(1))
+    return None
 
 
 def describe(outcome: Outcome) -> None:
@@ -245,36 +258,70 @@ def describe(outcome: Outcome) -> None:
     )
     print("   CPU s by kind: " + ", ".join(f"{k} {v:.1f}" for k, v in outcome.cpu_by_kind.items()))
     for host, phases in outcome.hosts.items():
+        warm = outcome.warm_up.get(host)
         print(
             f"   {host}: ran {outcome.extra.get(f'{host} s', 0):.1f} s, landed "
-            f"{outcome.landed[host]:,} rows; {phases.describe()}"
+            f"{outcome.landed[host]:,} rows; warm-up job "
+            f"{'?' if warm is None else f'{warm:.1f}s'}; {phases.describe()}"
         )
 
 
-def projection(a: Outcome, b: Outcome, cores_per_host: int) -> list[str]:
-    """Arithmetic, not a measurement: rows/s for N hosts of ``cores_per_host`` cores each,
-    from the CPU a row costs (per host, parallel) and the Delta commits (serial on the
-    table), as measured in (A) and (B)."""
-    lines = []
-    commits = [p.stages.get("commit", 0.0) for p in b.hosts.values()]
-    batches = sum(p.batches for p in b.hosts.values())
-    commit_each = sum(commits) / batches if batches else 0.0
-    for name, outcome in (("A", a), ("B", b)):
-        per_row = outcome.cpu / outcome.rows
-        lines.append(f"CPU a row in ({name}): {per_row * 1e6:.2f} us")
-    per_row_b = b.cpu / b.rows
-    batch_rows = b.rows / batches if batches else 0
-    lines.append(
-        f"(B) Delta commits: {batches} batches of {batch_rows:,.0f} rows on average, "
-        f"{commit_each:.2f} s each (serial on the table: one commit at a time wins)"
-    )
-    for hosts in (1, 2, 4, 8):
-        cpu_bound = hosts * cores_per_host / per_row_b
-        commit_bound = batch_rows / commit_each if commit_each else float("inf")
+@dataclass(frozen=True)
+class Costs:
+    """Per-stage costs of one configuration, from its logs and samples."""
+
+    start: float  # seconds from a supervisor's first log line to its first batch (the slowest)
+    task_core_us: float  # Spark stage seconds x the cores the tasks had, per row
+    fetch_cpu_us: float  # the ingest workers' CPU (fetch, decode of record batches), per row
+    supervisor_cpu_us: float
+    commit_each: float  # seconds per Delta commit
+    rows_per_batch: float
+
+    @classmethod
+    def of(cls, outcome: Outcome, cores_per_app: int) -> Costs:
+        phases = list(outcome.hosts.values())
+        batches = sum(p.batches for p in phases) or 1
+        spark = sum(p.stages.get("spark", 0.0) for p in phases)
+        kinds = outcome.cpu_by_kind
+        return cls(
+            max(p.first_batch_at or 0.0 for p in phases),
+            spark * cores_per_app / outcome.rows * 1e6,
+            kinds.get("ingest workers", 0.0) / outcome.rows * 1e6,
+            kinds.get("supervisor", 0.0) / outcome.rows * 1e6,
+            sum(p.stages.get("commit", 0.0) for p in phases) / batches,
+            outcome.rows / batches,
+        )
+
+    def line(self) -> str:
+        return (
+            f"start to first batch {self.start:.1f} s; Spark tasks {self.task_core_us:.2f} "
+            f"core-us/row; fetch {self.fetch_cpu_us:.2f} CPU-us/row; supervisor "
+            f"{self.supervisor_cpu_us:.2f} CPU-us/row; Delta commit {self.commit_each:.3f} s "
+            f"per batch of {self.rows_per_batch:,.0f} rows"
+        )
+
+
+def projection(a: Outcome, b: Outcome) -> list[str]:
+    """Arithmetic on the measured per-stage costs, not a measurement: a backlog of the
+    run's rows on N hosts of 2 cores each, their own. Per host in parallel: the fetch
+    (the workers), the supervisor, the Spark tasks on its executor; serial on the table:
+    one Delta commit at a time. T(N) = start + rows x (tasks + fetch + supervisor) /
+    (N x 2 cores) + commits; the steady rate (start paid once) is the middle term's."""
+    costs = {"A": Costs.of(a, 2), "B": Costs.of(b, 1)}
+    lines = [f"({name}) {c.line()}" for name, c in costs.items()]
+    rows = b.rows
+    for name, c in costs.items():
+        per_row = (c.task_core_us + c.fetch_cpu_us + c.supervisor_cpu_us) / 1e6
+        commit_bound = c.rows_per_batch / c.commit_each if c.commit_each else float("inf")
+        parts = []
+        for hosts in (1, 2, 4, 8):
+            steady = min(hosts * 2 / per_row, commit_bound)
+            batches = max(hosts, rows / c.rows_per_batch)
+            backlog = rows / (costs["B"].start + rows / steady + batches * c.commit_each)
+            parts.append(f"{hosts}: {steady:,.0f} ({backlog:,.0f})")
         lines.append(
-            f"projected, {hosts} host(s) of {cores_per_host} own cores: "
-            f"min(CPU {cpu_bound:,.0f}, commits {commit_bound:,.0f}) = "
-            f"{min(cpu_bound, commit_bound):,.0f} rows/s"
+            f"projected from ({name})'s costs, hosts: steady rows/s (this backlog, with B's "
+            f"start): " + ", ".join(parts) + f"; the commits alone allow {commit_bound:,.0f}"
         )
     return lines
 
@@ -287,13 +334,13 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=32)
     parser.add_argument("--records", type=int, default=200_000, help="per partition")
     parser.add_argument("--worker-memory", default="2g", help="each Spark worker's memory")
-    parser.add_argument("--only", default="a,b", help="a, b or a,b (default)")
+    parser.add_argument("--only", default="a,b", help="a, b, a,b (default) or b,a: in that order")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     reason = unavailable()
     if reason is not None:
         sys.exit(f"scale.py needs network namespaces: {reason}")
-    only = set(args.only.split(","))
+    order = [part for part in args.only.split(",") if part in ("a", "b")]
     per, partitions = args.records, args.partitions
     ends = dict.fromkeys(range(partitions), per)
     work = Path(tempfile.mkdtemp(prefix="ingest-bench-scale-"))
@@ -321,29 +368,32 @@ def main() -> None:
         }
         common = {"bootstrap": bootstrap, "topic": topic, "ends": ends, "per": per}
         broker_pid = kafka.pid
-        if "a" in only:
-            sections = {**base, "spark": {"master": "local[2]", "engine": "spark"}}
-            outcomes["A"] = run_config(
-                "A-one-host", network, ["sup-a"], work, sections=sections,
-                broker_pid=broker_pid, **common,
-            )  # fmt: skip
-            describe(outcomes["A"])
-        if "b" in only:
-            began = time.perf_counter()
-            spark = SparkCluster(
-                hosts=[network[name] for name in SUPERVISORS],
-                master_host=network["spark-master"],
-                memory=args.worker_memory,
-                work_dir=work / "spark",
-            ).start()
-            print(f"# Spark master + 2 workers ready in {time.perf_counter() - began:.1f} s")
-            conf = {"spark.cores.max": "1", "spark.executor.memory": args.worker_memory}
-            sections = {**base, "spark": {"master": spark.master_url, "conf": conf}}
-            outcomes["B"] = run_config(
-                "B-two-hosts", network, list(SUPERVISORS), work, sections=sections,
-                also_sampled=spark_cluster_pids(spark), broker_pid=broker_pid, **common,
-            )  # fmt: skip
-            describe(outcomes["B"])
+        for which in order:
+            print(f"# load average before ({which.upper()}): {load_average()}", flush=True)
+            if which == "a":
+                sections = {**base, "spark": {"master": "local[2]", "engine": "spark"}}
+                outcomes["A"] = run_config(
+                    "A-one-host", network, ["sup-a"], work, sections=sections,
+                    broker_pid=broker_pid, **common,
+                )  # fmt: skip
+            else:
+                began = time.perf_counter()
+                spark = SparkCluster(
+                    hosts=[network[name] for name in SUPERVISORS],
+                    master_host=network["spark-master"],
+                    memory=args.worker_memory,
+                    work_dir=work / "spark",
+                ).start()
+                print(f"# Spark master + 2 workers ready in {time.perf_counter() - began:.1f} s")
+                conf = {"spark.cores.max": "1", "spark.executor.memory": args.worker_memory}
+                sections = {**base, "spark": {"master": spark.master_url, "conf": conf}}
+                outcomes["B"] = run_config(
+                    "B-two-hosts", network, list(SUPERVISORS), work, sections=sections,
+                    also_sampled=spark_cluster_pids(spark), broker_pid=broker_pid, **common,
+                )  # fmt: skip
+                spark.cleanup()
+                spark = None
+            describe(outcomes[which.upper()])
     finally:
         for stop in (spark.cleanup if spark else None, kafka.cleanup if kafka else None):
             if stop is not None:
@@ -359,7 +409,7 @@ def main() -> None:
     parts = []
     if "A" in outcomes and "B" in outcomes:
         a, b = outcomes["A"], outcomes["B"]
-        for line in projection(a, b, 2):
+        for line in projection(a, b):
             print(f"# {line}")
         parts += [f"two_hosts_vs_one={b.rate / a.rate:.2f}", f"cpu_b_vs_a={b.cpu / a.cpu:.2f}"]
     parts += [f"{k.lower()}_rows_per_s={o.rate:.0f}" for k, o in outcomes.items()]
