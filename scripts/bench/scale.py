@@ -31,6 +31,7 @@ the end is arithmetic on (A)'s and (B)'s per-stage costs (docs/benchmarks.md).
 
     flock /tmp/ingest-bench.lock .venv/bin/python scripts/bench/scale.py      # 32 x 200k
     .venv/bin/python scripts/bench/scale.py --partitions 8 --records 20000    # a quick one
+    .venv/bin/python scripts/bench/scale.py --batch-bytes 64MiB   # many batches: commits race
 
 The last line is ``RESULT two_hosts_vs_one=<B rows/s over A's> a_rows_per_s=.. b_rows_per_s=..
 cpu_b_vs_a=.. exact=<true|false>``.
@@ -138,6 +139,7 @@ class Outcome:
     broker_cpu: float
     extra: dict[str, float] = field(default_factory=dict)
     warm_up: dict[str, float | None] = field(default_factory=dict)
+    races: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -229,6 +231,7 @@ def run_config(
         broker.cpu_seconds if broker else 0.0,
         {f"{r.host.name} s": r.seconds or 0.0 for r in runs},
         {r.host.name: warm_up_seconds(r.log) for r in runs},
+        {r.host.name: lost_races(r.log) for r in runs},
     )
 
 
@@ -249,6 +252,12 @@ def warm_up_seconds(log: Path) -> float | None:
     return None
 
 
+def lost_races(log: Path) -> int:
+    """Delta commits that lost to another writer's and were tried again (``lost a race``):
+    the serial part, two hosts committing to one table."""
+    return sum("lost a race" in str(e.get("msg", "")) for e in log_events(log))
+
+
 def describe(outcome: Outcome) -> None:
     print(
         f"\n## {outcome.label}: {outcome.seconds:.1f} s, {outcome.rate:,.0f} rows/s, "
@@ -261,7 +270,8 @@ def describe(outcome: Outcome) -> None:
         warm = outcome.warm_up.get(host)
         print(
             f"   {host}: ran {outcome.extra.get(f'{host} s', 0):.1f} s, landed "
-            f"{outcome.landed[host]:,} rows; warm-up job "
+            f"{outcome.landed[host]:,} rows; commits that lost a race "
+            f"{outcome.races.get(host, 0)}; warm-up job "
             f"{'?' if warm is None else f'{warm:.1f}s'}; {phases.describe()}"
         )
 
@@ -335,6 +345,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000, help="per partition")
     parser.add_argument("--worker-memory", default="2g", help="each Spark worker's memory")
     parser.add_argument("--only", default="a,b", help="a, b, a,b (default) or b,a: in that order")
+    parser.add_argument(
+        "--batch-bytes", help="trigger.max_bytes in both (default: the product's, 1GiB)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     reason = unavailable()
@@ -366,6 +379,8 @@ def main() -> None:
         base: dict[str, dict[str, Any]] = {
             "handoff": {"mode": "files", "root": str(handoff)},
         }
+        if args.batch_bytes:
+            base["trigger"] = {"max_bytes": args.batch_bytes}
         common = {"bootstrap": bootstrap, "topic": topic, "ends": ends, "per": per}
         broker_pid = kafka.pid
         for which in order:
