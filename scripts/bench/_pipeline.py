@@ -471,13 +471,21 @@ def ingest_until_end(
 # -- checking a table ------------------------------------------------------------------------
 
 
-def check_exact(uri: str | Path, per_partition: Mapping[int, int], stride: int) -> str | None:
+def check_exact(
+    uri: str | Path,
+    per_partition: Mapping[int, int],
+    stride: int,
+    storage_options: Mapping[str, str] | None = None,
+) -> str | None:
     """None when the table holds each offset [0, n) of each partition exactly once, with
     the value produced there (its ``id`` is ``partition * stride + offset``); else why not."""
     from deltalake import DeltaTable
 
+    options = dict(storage_options or {}) or None
     try:
-        table = DeltaTable(str(uri)).to_pyarrow_table(columns=["partition", "offset", "id"])
+        table = DeltaTable(str(uri), storage_options=options).to_pyarrow_table(
+            columns=["partition", "offset", "id"]
+        )
     except Exception as exc:
         return f"unreadable: {exc}"
     expected = sum(per_partition.values())
@@ -502,11 +510,13 @@ def check_exact(uri: str | Path, per_partition: Mapping[int, int], stride: int) 
     return None
 
 
-def dead_letter_rows(uri: str | Path) -> int:
+def dead_letter_rows(uri: str | Path, storage_options: Mapping[str, str] | None = None) -> int:
     from deltalake import DeltaTable
 
+    options = dict(storage_options or {}) or None
     try:
-        return DeltaTable(str(uri)).to_pyarrow_table(columns=["offset"]).num_rows
+        table = DeltaTable(str(uri), storage_options=options)
+        return table.to_pyarrow_table(columns=["offset"]).num_rows
     except Exception:
         return 0  # no dead-letter table: none written
 

@@ -17,9 +17,10 @@ table, in one run:
   applications hold the two workers' cores, as local[2] holds two.
 
 Both use the handoff in files mode on one directory (what a shared mount is to several
-hosts), the product's other defaults, JSON logs. Per run: wall seconds (process start to
+hosts), or with ``--store s3`` the handoff and the tables on SeaweedFS on host ``s3``; the
+product's other defaults, JSON logs. Per run: wall seconds (process start to
 the last exit), rows/s, CPU seconds of every process (the supervisors' trees; in (B) also
-the Spark workers, their executors and the master; the broker apart), CPU by kind, and
+the Spark workers, their executors and the master; the broker and S3 server apart), CPU by kind, and
 where the time went from each supervisor's ``batch_committed`` events (``stages``: plan,
 spark, dead_letters, commit) and its workers' fetch span. Every table is checked exact
 (each (partition, offset) once, with the value produced there, no dead letters) and the
@@ -32,6 +33,7 @@ the end is arithmetic on (A)'s and (B)'s per-stage costs (docs/benchmarks.md).
     flock /tmp/ingest-bench.lock .venv/bin/python scripts/bench/scale.py      # 32 x 200k
     .venv/bin/python scripts/bench/scale.py --partitions 8 --records 20000    # a quick one
     .venv/bin/python scripts/bench/scale.py --batch-bytes 64MiB   # many batches: commits race
+    .venv/bin/python scripts/bench/scale.py --store s3            # handoff and tables on S3
 
 The last line is ``RESULT two_hosts_vs_one=<B rows/s over A's> a_rows_per_s=.. b_rows_per_s=..
 cpu_b_vs_a=.. exact=<true|false>``.
@@ -70,11 +72,11 @@ from _pipeline import (
     write_config,
 )
 
-from ingest.testing import KafkaCluster, SparkCluster, create_topic, unique_name
+from ingest.testing import KafkaCluster, S3Server, SparkCluster, create_topic, unique_name
 from ingest.testing.apache_kafka import wait_for_leaders
 from ingest.testing.netns import Host, HostNetwork, unavailable
 
-HOSTS = ("kafka", "client", "sup-a", "sup-b", "spark-master")
+HOSTS = ("kafka", "client", "sup-a", "sup-b", "spark-master", "s3")
 SUPERVISORS = ("sup-a", "sup-b")
 RUN_TIMEOUT = 3600.0
 
@@ -178,19 +180,22 @@ def run_config(
     ends: dict[int, int],
     per: int,
     sections: Mapping[str, Mapping[str, Any]],
+    store: str,
+    storage_options: Mapping[str, str],
     also_sampled: Sequence[int] = (),
-    broker_pid: int | None = None,
+    apart_pids: Sequence[int] = (),
 ) -> Outcome:
     """``ingest run --until-end`` on each host of ``names`` at once, one group and table."""
     here = work / label
     here.mkdir()
-    group, table = unique_name(f"scale-{label}"), here / "table"
+    group = unique_name(f"scale-{label}")
+    table = f"{store}/{label}/table" if store.startswith("s3://") else str(here / "table")
     config = write_config(
-        here / "run.toml", bootstrap=bootstrap, topic=topic, group=group, table=table,
-        sections=sections,
+        here / "run.toml", bootstrap=bootstrap, topic=topic, group=group, table=Path(table),
+        sections={**sections, "table": {"uri": table, "storage_options": dict(storage_options)}},
     )  # fmt: skip
     others = [TreeSampler(pid, pss=False).__enter__() for pid in also_sampled]
-    broker = TreeSampler(broker_pid, pss=False).__enter__() if broker_pid else None
+    apart = [TreeSampler(pid, pss=False).__enter__() for pid in apart_pids]
     runs: list[HostRun] = []
     began = time.perf_counter()
     try:
@@ -202,17 +207,19 @@ def run_config(
     finally:
         for run in runs:
             run.kill()
-        for sampler in [*others, *([broker] if broker else [])]:
+        for sampler in [*others, *apart]:
             sampler.__exit__()
     for run, code in zip(runs, codes, strict=True):
         if code != 0:
             raise RuntimeError(f"{label}: ingest on {run.host.name} exited {code}; log {run.log}")
-    problem = check_exact(table, ends, per)
-    dead = dead_letter_rows(f"{table}_dead_letters")
+    # From the client host: an S3 server in a host is reached there.
+    client = network["client"]
+    problem = client.call(check_exact, table, ends, per, storage_options)
+    dead = client.call(dead_letter_rows, f"{table}_dead_letters", storage_options)
     if problem is None and dead:
         problem = f"{dead} dead letters"
     if problem is None:
-        problem = network["client"].call(committed_at_ends, bootstrap, group, topic, ends) or None
+        problem = client.call(committed_at_ends, bootstrap, group, topic, ends) or None
     kinds: dict[str, float] = {}
     for sampler in [*(r.sampler for r in runs), *others]:
         for kind, spent in sampler.cpu_by_kind().items():
@@ -228,7 +235,7 @@ def run_config(
         {r.host.name: run_phases(r.log) for r in runs},
         {r.host.name: landed_rows(r.log) for r in runs},
         problem,
-        broker.cpu_seconds if broker else 0.0,
+        sum(sampler.cpu_seconds for sampler in apart),
         {f"{r.host.name} s": r.seconds or 0.0 for r in runs},
         {r.host.name: warm_up_seconds(r.log) for r in runs},
         {r.host.name: lost_races(r.log) for r in runs},
@@ -262,7 +269,7 @@ def describe(outcome: Outcome) -> None:
     print(
         f"\n## {outcome.label}: {outcome.seconds:.1f} s, {outcome.rate:,.0f} rows/s, "
         f"CPU {outcome.cpu:.1f} s ({outcome.cpu / outcome.rows * 1e6:.2f} us/row; broker "
-        f"{outcome.broker_cpu:.1f} s apart), peak RSS of the supervisors' trees "
+        f"and S3 server {outcome.broker_cpu:.1f} s apart), peak RSS of the supervisors' trees "
         f"{gib(outcome.peak_rss):.2f} GiB, exact: {outcome.problem or 'yes'}"
     )
     print("   CPU s by kind: " + ", ".join(f"{k} {v:.1f}" for k, v in outcome.cpu_by_kind.items()))
@@ -346,6 +353,12 @@ def main() -> None:
     parser.add_argument("--worker-memory", default="2g", help="each Spark worker's memory")
     parser.add_argument("--only", default="a,b", help="a, b, a,b (default) or b,a: in that order")
     parser.add_argument(
+        "--store",
+        choices=["files", "s3"],
+        default="files",
+        help="the handoff and the tables: a directory (default) or SeaweedFS on host s3",
+    )
+    parser.add_argument(
         "--batch-bytes", help="trigger.max_bytes in both (default: the product's, 1GiB)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -362,6 +375,7 @@ def main() -> None:
     network = HostNetwork(HOSTS, call_timeout=RUN_TIMEOUT)
     kafka: KafkaCluster | None = None
     spark: SparkCluster | None = None
+    s3: S3Server | None = None
     # SIGTERM (a killed bench) unwinds through the finally below like Ctrl-C.
     signal.signal(signal.SIGTERM, interrupted)
     try:
@@ -374,22 +388,26 @@ def main() -> None:
         client.call(wait_for_leaders, bootstrap, topic)
         produced = client.call(produce_json, bootstrap, topic, partitions, per, idempotent=True)
         print(f"# {partitions} x {per:,} records of 100 B produced in {produced:.1f} s")
-        handoff = work / "handoff"
-        handoff.mkdir()
-        base: dict[str, dict[str, Any]] = {
-            "handoff": {"mode": "files", "root": str(handoff)},
-        }
+        store, options = str(work), {}
+        if args.store == "s3":
+            s3 = S3Server(on=network["s3"]).start()
+            store, options = f"s3://{s3.bucket}/scale", s3.storage_options()
+        handoff = f"{store}/handoff"
+        base: dict[str, dict[str, Any]] = {"handoff": {"mode": "files", "root": handoff}}
         if args.batch_bytes:
             base["trigger"] = {"max_bytes": args.batch_bytes}
-        common = {"bootstrap": bootstrap, "topic": topic, "ends": ends, "per": per}
-        broker_pid = kafka.pid
+        common = {
+            **{"bootstrap": bootstrap, "topic": topic, "ends": ends, "per": per},
+            **{"store": store, "storage_options": options},
+        }
+        apart_pids = [pid for pid in (kafka.pid, s3.pid if s3 else None) if pid is not None]
         for which in order:
             print(f"# load average before ({which.upper()}): {load_average()}", flush=True)
             if which == "a":
                 sections = {**base, "spark": {"master": "local[2]", "engine": "spark"}}
                 outcomes["A"] = run_config(
                     "A-one-host", network, ["sup-a"], work, sections=sections,
-                    broker_pid=broker_pid, **common,
+                    apart_pids=apart_pids, **common,
                 )  # fmt: skip
             else:
                 began = time.perf_counter()
@@ -404,16 +422,16 @@ def main() -> None:
                 sections = {**base, "spark": {"master": spark.master_url, "conf": conf}}
                 outcomes["B"] = run_config(
                     "B-two-hosts", network, list(SUPERVISORS), work, sections=sections,
-                    also_sampled=spark_cluster_pids(spark), broker_pid=broker_pid, **common,
+                    also_sampled=spark_cluster_pids(spark), apart_pids=apart_pids, **common,
                 )  # fmt: skip
                 spark.cleanup()
                 spark = None
             describe(outcomes[which.upper()])
     finally:
-        for stop in (spark.cleanup if spark else None, kafka.cleanup if kafka else None):
-            if stop is not None:
+        for server in (spark, kafka, s3):
+            if server is not None:
                 try:
-                    stop()
+                    server.cleanup()
                 except Exception as exc:  # the rest is still torn down
                     print(f"# teardown: {exc}")
         network.stop()
