@@ -6,9 +6,10 @@ Everything listens on 127.0.0.1 on ports free at start (the master's REST submis
 server, fixed at 6066 by default, is off). With ``hosts`` (``ingest.testing.netns``
 hosts), worker *i* runs in ``hosts[i]`` and the master in ``master_host`` (default
 ``hosts[0]``), each bound to its host's address (``SPARK_LOCAL_IP``, ``--host``) and started
-with ``ip netns exec``; the master's ``/json/`` is then read from its host (``Host.call``). Each process has its own working directory
-under ``work_dir`` (``master/``, ``worker-N/``: ``SPARK_WORKER_DIR`` with the executors'
-directories and logs, ``SPARK_LOG_DIR``) and a log file there. The workers run their
+with ``ip netns exec``; the master's ``/json/`` is then read from its host (``Host.call``).
+Each process has its own working directory under ``work_dir`` (``master/``, ``worker-N/``:
+``SPARK_WORKER_DIR`` with the executors' directories and logs, ``SPARK_LOG_DIR``) and a log
+file there. The workers run their
 executors' Python as this interpreter (``PYSPARK_PYTHON``) with ``python_path`` on its
 ``PYTHONPATH``: by default the directory the running ``ingest`` package was imported from,
 so executors run the same ingest and ``spark_jobs`` as the test (on a real cluster ingest

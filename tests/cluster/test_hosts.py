@@ -1,8 +1,9 @@
 """Several hosts on one machine (``ingest.testing.netns``): a 3-node Apache Kafka on three
 network-namespace hosts, two ``ingest run`` supervisors on two more (see
 ``tests/chaos/host_cases.py``), and, for the Spark case, a standalone master on another
-with a worker on each supervisor host (``SparkCluster(hosts=..., master_host=...)``). Marker ``cluster``: ``scripts/test -m cluster``; skipped,
-naming the reason, where namespaces cannot be made. The ``host-cut`` campaign over many
+with a worker on each supervisor host (``SparkCluster(hosts=..., master_host=...)``).
+Marker ``cluster``: ``scripts/test -m cluster``; skipped, naming the reason, where
+namespaces cannot be made. The ``host-cut`` campaign over many
 seeds: ``scripts/chaos host-cut --seed 0 --runs 10`` (docs/reliability.md).
 """
 
