@@ -374,19 +374,10 @@ class GroupSource:
     # -- commits -----------------------------------------------------------------------
 
     def _commit_target(self, state: PartitionState) -> int | None:
-        target = None if state.durable is None else state.durable + 1
-        in_flight = (
-            self.engine.batch is not None and state.partition in self.engine.batch.partitions
+        batch = self.engine.batch
+        return state.commit_target(
+            in_flight=batch is not None and state.partition in batch.partitions
         )
-        if (
-            state.finished
-            and state.finished_next is not None
-            and not len(state.pending)
-            and not in_flight
-        ):
-            # Past the last data record: only control records (no rows) lie between.
-            target = max(target or 0, state.finished_next)
-        return target
 
     def _committable(self) -> frozenset[Partition]:
         revoking = frozenset().union(*self.revocations) if self.revocations else frozenset()

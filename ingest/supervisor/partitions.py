@@ -121,6 +121,25 @@ class PartitionState:
             self.restart_at = None
         return phase
 
+    def commit_target(self, *, in_flight: bool) -> int | None:
+        """The offset an OffsetCommit may carry now: after the last durable one; or,
+        once the worker reached the end and everything it sealed landed (nothing pending,
+        nothing in the batch in flight), its end: past the last data record only control
+        records (no rows) lie. Not for a revoked partition (``abandon``): its pending
+        segments were dropped, not landed (an ``--until-end`` worker that had fetched to
+        the end before the revocation would otherwise commit its end over records the
+        table never took)."""
+        target = None if self.durable is None else self.durable + 1
+        if (
+            self.finished
+            and self.finished_next is not None
+            and not len(self.pending)
+            and not in_flight
+            and not self.abandon
+        ):
+            target = max(target or 0, self.finished_next)
+        return target
+
     @property
     def live(self) -> bool:
         return self.handle is not None

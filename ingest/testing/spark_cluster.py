@@ -3,9 +3,13 @@ started from the installed pyspark (``$SPARK_HOME/bin/spark-class`` with pyspark
 as ``SPARK_HOME``).
 
 Everything listens on 127.0.0.1 on ports free at start (the master's REST submission
-server, fixed at 6066 by default, is off). Each process has its own working directory
-under ``work_dir`` (``master/``, ``worker-N/``: ``SPARK_WORKER_DIR`` with the executors'
-directories and logs, ``SPARK_LOG_DIR``) and a log file there. The workers run their
+server, fixed at 6066 by default, is off). With ``hosts`` (``ingest.testing.netns``
+hosts), worker *i* runs in ``hosts[i]`` and the master in ``master_host`` (default
+``hosts[0]``), each bound to its host's address (``SPARK_LOCAL_IP``, ``--host``) and started
+with ``ip netns exec``; the master's ``/json/`` is then read from its host (``Host.call``).
+Each process has its own working directory under ``work_dir`` (``master/``, ``worker-N/``:
+``SPARK_WORKER_DIR`` with the executors' directories and logs, ``SPARK_LOG_DIR``) and a log
+file there. The workers run their
 executors' Python as this interpreter (``PYSPARK_PYTHON``) with ``python_path`` on its
 ``PYTHONPATH``: by default the directory the running ``ingest`` package was imported from,
 so executors run the same ingest and ``spark_jobs`` as the test (on a real cluster ingest
@@ -20,6 +24,10 @@ is still alive, by its PID::
 
     with SparkCluster() as cluster:
         config = {"spark": {"master": cluster.master_url}}
+
+    # A master on one namespace host, a worker on each of two others:
+    with SparkCluster(hosts=[network["a"], network["b"]], master_host=network["m"]) as cluster:
+        ...  # a driver in host "a" or "b" sets SPARK_LOCAL_IP (or spark.driver.host)
 """
 
 from __future__ import annotations
@@ -36,10 +44,13 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ingest.errors import HarnessError
 from ingest.testing._process import ManagedProcess, free_port, wait_until
+
+if TYPE_CHECKING:
+    from ingest.testing.netns import Host
 
 __all__ = ["SparkCluster", "alive", "descendants", "spark_home"]
 
@@ -99,12 +110,15 @@ def alive(pid: int) -> bool:
 
 class SparkCluster:
     """A standalone master and ``workers`` workers (``cores`` and ``memory`` each) on
-    loopback. ``master_url`` is what ``spark.master`` takes."""
+    loopback, or one worker per host of ``hosts`` and the master in ``master_host``
+    (default ``hosts[0]``). ``master_url`` is what ``spark.master`` takes."""
 
     def __init__(
         self,
-        workers: int = 2,
+        workers: int | None = None,
         *,
+        hosts: Sequence[Host] | None = None,
+        master_host: Host | None = None,
         cores: int = 1,
         memory: str = "1g",
         work_dir: Path | None = None,
@@ -114,10 +128,17 @@ class SparkCluster:
         ready_timeout: float = 90.0,
         stop_timeout: float = 10.0,
     ) -> None:
-        if workers < 1:
+        if hosts is not None and workers is not None and workers != len(hosts):
+            raise HarnessError(f"{workers} workers but {len(hosts)} hosts: one worker a host")
+        if master_host is not None and not hosts:
+            raise HarnessError("a master on a host needs its workers on hosts too")
+        count = len(hosts) if hosts is not None else 2 if workers is None else workers
+        if count < 1:
             raise HarnessError("a cluster needs at least one worker")
         self.home = spark_home()
-        self.host = "127.0.0.1"
+        self.hosts: list[Host | None] = list(hosts) if hosts else [None] * count
+        self.master_host = master_host or (hosts[0] if hosts else None)
+        self.host = _address(self.master_host)
         self.owns_work_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="ingest-spark-cluster-"))
         self.ready_timeout = ready_timeout
@@ -133,9 +154,10 @@ class SparkCluster:
             MASTER_CLASS,
             ["--host", self.host, "--port", str(self.port), "--webui-port", str(self.ui_port)],
             {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"},
+            self.master_host,
         )
         self.workers: list[ManagedProcess] = []
-        for index in range(workers):
+        for index, on in enumerate(self.hosts):
             directory = self.work_dir / f"worker-{index}"
             env = {
                 "SPARK_WORKER_DIR": str(directory / "work"),
@@ -145,11 +167,11 @@ class SparkCluster:
                 **(worker_env or {}),
             }
             argv = [
-                *("--host", self.host, "--port", "0", "--webui-port", "0"),
+                *("--host", _address(on), "--port", "0", "--webui-port", "0"),
                 *("--cores", str(cores), "--memory", memory),
                 *("--work-dir", str(directory / "work"), self.master_url),
             ]
-            self.workers.append(self._process(f"worker-{index}", WORKER_CLASS, argv, env))
+            self.workers.append(self._process(f"worker-{index}", WORKER_CLASS, argv, env, on))
         # Descendants seen while running: what ``stop`` must not leave behind.
         self._seen: dict[int, set[int]] = {}
 
@@ -161,8 +183,17 @@ class SparkCluster:
     def ui_url(self) -> str:
         return f"http://{self.host}:{self.ui_port}"
 
+    def worker_address(self, index: int) -> str:
+        """The address worker ``index`` (and its executors) bind to."""
+        return _address(self.hosts[index])
+
     def _process(
-        self, name: str, main_class: str, args: list[str], extra_env: Mapping[str, str]
+        self,
+        name: str,
+        main_class: str,
+        args: list[str],
+        extra_env: Mapping[str, str],
+        on: Host | None = None,
     ) -> ManagedProcess:
         directory = self.work_dir / name
         (directory / "logs").mkdir(parents=True, exist_ok=True)
@@ -174,15 +205,18 @@ class SparkCluster:
             SPARK_HOME=str(self.home),
             SPARK_CONF_DIR=str(directory / "conf"),
             SPARK_LOG_DIR=str(directory / "logs"),
-            SPARK_LOCAL_IP=self.host,
-            SPARK_LOCAL_HOSTNAME=self.host,
+            SPARK_LOCAL_IP=_address(on),
+            SPARK_LOCAL_HOSTNAME=_address(on),
             SPARK_DAEMON_MEMORY="256m",
             SPARK_NO_DAEMONIZE="1",
         )
         env.update(extra_env)
         argv = [str(self.home / "bin" / "spark-class"), main_class, *args]
+        if on is not None:
+            argv = on.argv(argv)  # ip netns exec ... execs spark-class: the PID is its own
+        where = f"{self.host}:{self.port}" if on is None else f"on {on.name} {on.address}"
         return ManagedProcess(
-            f"spark {name} {self.host}:{self.port}", argv, env, directory / f"{name}.log", directory
+            f"spark {name} {where}", argv, env, directory / f"{name}.log", directory
         )
 
     # -- start -----------------------------------------------------------------------------
@@ -249,10 +283,12 @@ class SparkCluster:
     # -- state -----------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """The master UI's ``/json/``: workers, applications, status."""
-        with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as answer:
-            state: dict[str, Any] = json.load(answer)
-        return state
+        """The master UI's ``/json/``: workers, applications, status (read from the
+        master's host when it has one)."""
+        url = f"{self.ui_url}/json/"
+        if self.master_host is not None:
+            return self.master_host.call(_read_json, url)
+        return _read_json(url)
 
     def alive_workers(self) -> int:
         return int(self.state().get("aliveworkers", 0))
@@ -349,6 +385,16 @@ class SparkCluster:
 
     def __repr__(self) -> str:
         return f"SparkCluster({self.master_url}, workers={len(self.workers)}, ui={self.ui_url})"
+
+
+def _address(on: Host | None) -> str:
+    return "127.0.0.1" if on is None else on.address
+
+
+def _read_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        state: dict[str, Any] = json.load(answer)
+    return state
 
 
 def _log_size(path: Path) -> int:

@@ -89,9 +89,14 @@ def produce_json(
     partitions: int,
     per_partition: int,
     value_bytes: int = VALUE_BYTES,
+    *,
+    idempotent: bool = False,
 ) -> float:
     """Produces ``per_partition`` records of ``value_bytes`` to each partition
-    (non-idempotent, as the harness's crash-safe setting); returns the seconds it took."""
+    (non-idempotent, as the harness's crash-safe setting, unless ``idempotent``: librdkafka
+    then keeps each partition's order through retries, which one request in flight alone
+    did not on a new topic's first requests in namespace hosts); returns the seconds it
+    took."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -99,7 +104,7 @@ def produce_json(
             "bootstrap.servers": bootstrap,
             "linger.ms": 20,
             "batch.size": 1_000_000,
-            "enable.idempotence": False,
+            "enable.idempotence": idempotent,
             # One request in flight: a retried batch (the topic's leader still unknown just
             # after its creation) cannot land behind later ones and shift the offsets.
             "max.in.flight.requests.per.connection": 1,
@@ -211,7 +216,10 @@ class TreeSampler:
             # Own user + system time only: a child's is counted from its own samples.
             self._cpu[(pid, start_ticks)] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
             # Every sample: a process may exec another program (spark-submit execs java).
-            self._kind[(pid, start_ticks)] = _process_kind(_read(f"/proc/{pid}/cmdline") or "")
+            # An exited one not reaped yet (a zombie) has no command line: keep its kind.
+            cmdline = _read(f"/proc/{pid}/cmdline") or ""
+            if cmdline or (pid, start_ticks) not in self._kind:
+                self._kind[(pid, start_ticks)] = _process_kind(cmdline)
             rss += _status_kib(status, "VmRSS:") * 1024
             count += 1
             if self.pss:
@@ -463,13 +471,21 @@ def ingest_until_end(
 # -- checking a table ------------------------------------------------------------------------
 
 
-def check_exact(uri: str | Path, per_partition: Mapping[int, int], stride: int) -> str | None:
+def check_exact(
+    uri: str | Path,
+    per_partition: Mapping[int, int],
+    stride: int,
+    storage_options: Mapping[str, str] | None = None,
+) -> str | None:
     """None when the table holds each offset [0, n) of each partition exactly once, with
     the value produced there (its ``id`` is ``partition * stride + offset``); else why not."""
     from deltalake import DeltaTable
 
+    options = dict(storage_options or {}) or None
     try:
-        table = DeltaTable(str(uri)).to_pyarrow_table(columns=["partition", "offset", "id"])
+        table = DeltaTable(str(uri), storage_options=options).to_pyarrow_table(
+            columns=["partition", "offset", "id"]
+        )
     except Exception as exc:
         return f"unreadable: {exc}"
     expected = sum(per_partition.values())
@@ -494,11 +510,13 @@ def check_exact(uri: str | Path, per_partition: Mapping[int, int], stride: int) 
     return None
 
 
-def dead_letter_rows(uri: str | Path) -> int:
+def dead_letter_rows(uri: str | Path, storage_options: Mapping[str, str] | None = None) -> int:
     from deltalake import DeltaTable
 
+    options = dict(storage_options or {}) or None
     try:
-        return DeltaTable(str(uri)).to_pyarrow_table(columns=["offset"]).num_rows
+        table = DeltaTable(str(uri), storage_options=options)
+        return table.to_pyarrow_table(columns=["offset"]).num_rows
     except Exception:
         return 0  # no dead-letter table: none written
 

@@ -48,7 +48,8 @@ _CONSUMER_GROUP = {
     "group.consumer.heartbeat.interval.ms": "1000",
 }
 SUPERVISORS = ("sup-a", "sup-b")
-HOST_NAMES = ("kafka-1", "kafka-2", "kafka-3", "client", *SUPERVISORS)
+SPARK_MASTER = "spark-master"  # a Spark standalone master's host (tests/cluster/test_hosts.py)
+HOST_NAMES = ("kafka-1", "kafka-2", "kafka-3", "client", *SUPERVISORS, SPARK_MASTER)
 # What the run owns, from its log: an assignment names all it owns; with the consumer
 # protocol (KIP-848) a revocation comes without a new assignment, and so may a loss.
 _OWNERSHIP = re.compile(
@@ -98,10 +99,12 @@ def prepare_on(
     name: str,
     assignors: tuple[str, ...] = ("cooperative-sticky",),
     server_assignor: str | None = None,
+    sections: dict[str, dict[str, Any]] | None = None,
 ) -> Setup:
     """A topic (4 partitions), a group and a table path, and the config both hosts run:
     the local engine, a 2 s session, small segments and batches, ``assignors``; with
-    ``server_assignor``, the consumer protocol (KIP-848) with that assignor instead."""
+    ``server_assignor``, the consumer protocol (KIP-848) with that assignor instead;
+    entries of ``sections`` replace or add to those."""
     work = work / unique_name(name)
     work.mkdir(parents=True)
     topic, group = unique_name(f"t-{name}"), unique_name(f"g-{name}")
@@ -109,25 +112,33 @@ def prepare_on(
     site.client.call(create_topic, bootstrap, topic, partitions=PARTITIONS)
     site.client.call(wait_for_leaders, bootstrap, topic)
     table = work / "table"
-    sections: dict[str, dict[str, Any]] = {
+    base: dict[str, dict[str, Any]] = {
         "handoff": {"segment_max_bytes": "128KiB", "segment_max_age": "300ms"},
         "trigger": {"max_bytes": "1MiB", "max_age": "500ms", "shutdown_timeout": "60s"},
         "spark": {"master": "local[2]", "engine": "local"},
         "source": {"assignors": list(assignors)},
     }
     if server_assignor is not None:
-        sections["source"] = {"group_protocol": "consumer", "server_assignor": server_assignor}
+        base["source"] = {"group_protocol": "consumer", "server_assignor": server_assignor}
+    for section, entries in (sections or {}).items():
+        base.setdefault(section, {}).update(entries)
     path = write_config(
         work / "run.toml", bootstrap=bootstrap, topic=topic, group=group, table=table,
-        sections=sections,
+        sections=base,
     )  # fmt: skip
     return Setup(topic, group, table, path, work, bootstrap)
 
 
-def run_on(host: Host, setup: Setup, log: str, env: dict[str, str] | None = None) -> Run:
-    """``ingest run`` in ``host``; the environment it needs is passed explicitly."""
+def run_on(
+    host: Host,
+    setup: Setup,
+    log: str,
+    env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
+) -> Run:
+    """``ingest run [extra]`` in ``host``; the environment it needs is passed explicitly."""
     return Run(
-        ["run", "-c", str(setup.path)],
+        ["run", "-c", str(setup.path), *extra],
         setup.work / log,
         env={"PYTHONPATH": str(ROOT), **(env or {})},
         wrapper=host.argv([]),

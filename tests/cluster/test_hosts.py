@@ -1,12 +1,15 @@
 """Several hosts on one machine (``ingest.testing.netns``): a 3-node Apache Kafka on three
 network-namespace hosts, two ``ingest run`` supervisors on two more (see
-``tests/chaos/host_cases.py``). Marker ``cluster``: ``scripts/test -m cluster``; skipped,
-naming the reason, where namespaces cannot be made. The ``host-cut`` campaign over many
+``tests/chaos/host_cases.py``), and, for the Spark case, a standalone master on another
+with a worker on each supervisor host (``SparkCluster(hosts=..., master_host=...)``).
+Marker ``cluster``: ``scripts/test -m cluster``; skipped, naming the reason, where
+namespaces cannot be made. The ``host-cut`` campaign over many
 seeds: ``scripts/chaos host-cut --seed 0 --runs 10`` (docs/reliability.md).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +18,21 @@ import pytest
 
 from ingest.group import PartitionsLost
 from ingest.supervisor.membership import GroupMember
-from ingest.testing import create_topic
+from ingest.testing import SparkCluster, create_topic
 from ingest.testing.netns import unavailable
-from tests.chaos.host_cases import HostSite, host_cut, start_site, two_hosts_share
+from tests.chaos.host_cases import (
+    SPARK_MASTER,
+    SUPERVISORS,
+    HostSite,
+    host_cut,
+    prepare_on,
+    produce_on,
+    run_on,
+    start_site,
+    two_hosts_share,
+    verdict_on,
+)
+from tests.cluster.support import RUN_TIMEOUT
 from tests.supervisor.support import (
     REBALANCE_WAIT,
     SESSION,
@@ -84,3 +99,51 @@ def test_a_cut_off_host_lands_nothing_twice(site: HostSite, tmp_path: Path) -> N
     outcome = host_cut(site, tmp_path, 1)
     print(outcome.line())
     assert outcome.passed, outcome.line()
+
+
+@pytest.mark.spark
+def test_two_hosts_each_with_a_spark_worker_land_exactly(site: HostSite, tmp_path: Path) -> None:
+    """Two supervisor hosts in one group, each also a Spark standalone worker's host, the
+    master on a third: both ``ingest run --until-end`` send their batches to the cluster,
+    each as its own application capped at one core (``spark.cores.max``: uncapped, the
+    first takes every core and the second gets no executor), the handoff in files mode on
+    a directory both hosts and every executor share. Both land rows; the table is exact."""
+    handoff = tmp_path / "handoff"
+    handoff.mkdir()
+    spark = SparkCluster(
+        hosts=[site.supervisor(name) for name in SUPERVISORS],
+        master_host=site.network[SPARK_MASTER],
+        work_dir=tmp_path / "spark",
+    )
+    sections = {
+        "spark": {"master": spark.master_url, "engine": "auto", "conf": {"spark.cores.max": "1"}},
+        "handoff": {"mode": "files", "root": str(handoff)},
+    }
+    setup = prepare_on(site, tmp_path, "spark-hosts", sections=sections)
+    produce_on(site, setup, 40_000)
+    runs = []
+    with spark:
+        try:
+            for name in SUPERVISORS:
+                host = site.supervisor(name)
+                # The driver binds to and advertises its host's address.
+                env = {"SPARK_LOCAL_IP": host.address}
+                runs.append(run_on(host, setup, f"run-{name}.log", env, ("--until-end",)))
+            codes = [run.wait(RUN_TIMEOUT) for run in runs]
+        finally:
+            for run in runs:
+                run.kill()
+    texts = [run.text() for run in runs]
+    assert codes == [0, 0], "\n".join(text[-3000:] for text in texts)
+    for name, text in zip(SUPERVISORS, texts, strict=True):
+        assert f"spark session {spark.master_url} started" in text, text[-3000:]
+        assert "local engine" not in text
+        rows = sum(int(n) for n in re.findall(r"event=batch_committed .*?rows=(\d+)", text))
+        print(f"{name} landed {rows} rows")
+        assert rows > 0, f"{name} landed nothing:\n{text[-3000:]}"
+    for index in range(len(SUPERVISORS)):
+        apps = list((spark.work_dir / f"worker-{index}" / "work").glob("app-*"))
+        assert apps, f"the worker on {SUPERVISORS[index]} never ran an executor"
+    verdict = verdict_on(site, setup, complete=True)
+    verdict.raise_if_not_exact()
+    assert verdict.rows == setup.produced

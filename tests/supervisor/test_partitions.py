@@ -56,3 +56,24 @@ def test_status_follows_the_phase_and_the_worker() -> None:
     assert s.restart_at is None  # a stopped partition has no restart due
     s.change(Change.FINISH)
     assert s.status() == "finished" and s.finished
+
+
+def test_the_commit_target_of_a_finished_partition_is_its_end_once_all_landed() -> None:
+    s = state(Phase.FINISHED)
+    s.finished_next = 20_000
+    s.durable = 19_997  # two control records follow the last row
+    assert s.commit_target(in_flight=False) == 20_000
+    assert s.commit_target(in_flight=True) == 19_998  # the batch may still fail
+
+
+def test_a_revoked_finished_partition_commits_only_what_is_durable() -> None:
+    """Its worker had fetched to the end, then the revocation dropped its pending
+    segments unlanded (found by scripts/bench/scale.py: two ``--until-end`` hosts, the
+    second joining while the first's Spark session started; the first committed the end
+    of the partitions it gave up, and the new owner started there: rows lost)."""
+    s = state(Phase.FINISHED)
+    s.finished_next = 20_000
+    s.abandon = True
+    assert s.commit_target(in_flight=False) is None
+    s.durable = 4_999
+    assert s.commit_target(in_flight=False) == 5_000
