@@ -264,8 +264,11 @@ class Engine:
         self.source.start()
 
     def _step(self) -> None:
-        self.source.poll()
+        # The wait first, then the source's news: a thread's news (a commit's outcome, an
+        # assignment) wakes the wait and is acted on in the same step, not one wait later
+        # (the last commit's outcome waited 50 ms before the run could end).
         self.pool.pump(_LOOP_WAIT, self.wakeup)
+        self.source.poll()
         self.pool.restart_due()
         if self.batch is not None and self.batch.done():
             self._finish_batch()
