@@ -75,7 +75,7 @@ def _bisect(
 # Arrays and scalars built from buffers: pyarrow converts a Python list, an ndarray or a
 # Python bytes (pa.array, pa.scalar, a compute function's bytes argument) with pandas at
 # hand, importing it: 0.25-0.7 s of a local-engine task process's first task
-# (tests/sink/test_grouping.py runs a task and checks).
+# (tests/sink/test_land.py runs a task and checks).
 
 
 def _int32_array(values: list[int]) -> pa.Array:
