@@ -264,9 +264,8 @@ class Engine:
         self.source.start()
 
     def _step(self) -> None:
-        # The wait first, then the source's news: a thread's news (a commit's outcome, an
-        # assignment) wakes the wait and is acted on in the same step, not one wait later
-        # (the last commit's outcome waited 50 ms before the run could end).
+        # The wait first: a thread's news (a commit's outcome) is acted on in this step, not
+        # after one more wait (the last commit's outcome sat 50 ms before the run could end).
         self.pool.pump(_LOOP_WAIT, self.wakeup)
         self.source.poll()
         self.pool.restart_due()
