@@ -53,13 +53,13 @@ from ingest.sink.files import DataFile, read_data_file_footer, write_data_files
 from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles, land
 from ingest.sink.storage import TableLocation
 from spark_jobs.decode import DecodeSpec, table_spec
-from spark_jobs.plan import added_schema, collect_rows
-from spark_jobs.source import (
+from spark_jobs.plan import (
     FILES_SCHEMA,
     KIND_DATA,
     ReadPlan,
-    SegmentSource,
     SegmentTask,
+    added_schema,
+    collect_rows,
     dead_letter_name,
     encode_plan,
 )
@@ -90,9 +90,17 @@ def decode_spec(spark: Any, config: TableConfig) -> DecodeSpec:
 _REGISTERED: set[int] = set()
 
 
+def _segment_source() -> Any:
+    """The Python data source (for a transform): imported here, not with this module, so
+    a batch on the local engine does not import pyspark (~60 ms at its first batch)."""
+    from spark_jobs.source import SegmentSource
+
+    return SegmentSource
+
+
 def _register(spark: Any) -> None:
     if id(spark) not in _REGISTERED:
-        spark.dataSource.register(SegmentSource)
+        spark.dataSource.register(_segment_source())
         _REGISTERED.add(id(spark))
 
 
@@ -133,7 +141,9 @@ def warm_up(spark: Any, *, transform: bool = False) -> float:
     _run_files_tasks(spark, plan)
     if transform:
         _register(spark)
-        spark.read.format(SegmentSource.name()).option("plan", encode_plan(plan)).load().collect()
+        spark.read.format(_segment_source().name()).option(
+            "plan", encode_plan(plan)
+        ).load().collect()
     return time.perf_counter() - began
 
 
@@ -231,7 +241,7 @@ def _arrow_schema(struct: Any) -> pa.Schema:
 def _batch_view(spark: Any, plan: ReadPlan, spec: DecodeSpec) -> Any:
     records_plan = ReadPlan(**{**plan.__dict__, "mode": "records"})
     frame = (
-        spark.read.format(SegmentSource.name())
+        spark.read.format(_segment_source().name())
         .option("plan", encode_plan(records_plan))
         .option("schema", _spark_schema(spec.output_schema()).json())
         .load()

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from ingest.handoff import SegmentSealed
 from ingest.protocol.partition import Partition
-from spark_jobs.source import SegmentTask
+from spark_jobs.plan import SegmentTask
 
 __all__ = ["group_segments"]
 

@@ -258,8 +258,10 @@ class Engine:
         self.source.start()
 
     def _step(self) -> None:
-        self.source.poll()
+        # The wait first: a thread's news (a commit's outcome) is acted on in this step, not
+        # after one more wait (the last commit's outcome sat 50 ms before the run could end).
         self.pool.pump(_LOOP_WAIT, self.wakeup)
+        self.source.poll()
         self.pool.restart_due()
         if self.batch is not None and self.batch.done():
             self._finish_batch()

@@ -45,7 +45,7 @@ class Source(Protocol):
         """Opens the source (joins the group, or lists the range) and spawns workers."""
 
     def poll(self) -> None:
-        """Once per loop, first: reads the source's own events."""
+        """Once per loop, after the wait for news: reads the source's own events."""
 
     def after_step(self) -> None:
         """Once per loop, after batches: revocations, commits, progress."""

@@ -1,8 +1,10 @@
-"""How a batch's segments become Spark tasks (pure; no Spark)."""
+"""How a batch's segments become Spark tasks (pure; no Spark), without pyspark locally."""
 
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -139,3 +141,17 @@ def test_a_task_refuses_a_lone_uri_for_its_tuple_of_uris() -> None:
     with pytest.raises(TypeError, match="tuple of segment URIs"):
         SegmentTask("/seg/t-0-0", "t", 0, None, None)  # type: ignore[arg-type]
     assert SegmentTask(("/seg/t-0-0",), "t", 0, None, None).uris == ("/seg/t-0-0",)
+
+
+def test_the_local_engine_path_does_not_import_pyspark() -> None:
+    # pyspark costs ~0.1 s of imports; a run on the local engine (no transform) has no
+    # use for it: not at the supervisor's start, nor at its first batch (spark_jobs.job).
+    code = (
+        "import sys\n"
+        "import ingest.supervisor.group_run, spark_jobs.local, spark_jobs.tasks, spark_jobs.job\n"
+        "import spark_jobs.task_process, ingest.worker.process\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pandas'))\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

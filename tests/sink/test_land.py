@@ -3,6 +3,8 @@ the Spark tasks' work in this process (``source.read_task``, pure pyarrow)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from ingest.sink.land import Batch, WriteRequest, WrittenFiles, land
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
 from spark_jobs.decode import DecodeSpec, spark_records
+from spark_jobs.plan import encode_plan
 from spark_jobs.source import ReadPlan, read_task
 from spark_jobs.tasks import group_segments
 
@@ -217,3 +220,49 @@ def test_an_overwrite_replaces_the_range_in_both_tables(
     assert rows_of(config.uri).column("offset").to_pylist() == offsets
     dead_offsets = sorted([*before_dead.column("offset").to_pylist(), 45])
     assert rows_of(config.dead_letters).column("offset").to_pylist() == dead_offsets
+
+
+def test_a_local_engine_task_does_not_import_pandas(store: HandoffStore, tmp_path: Path) -> None:
+    # pyarrow imports pandas (0.25-0.7 s) for pa.array() of a list, Schema.empty_table()
+    # and a compute function's bytes argument; a task process's first task paid it.
+    count = 50
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, np.int32)), pa.array([TOPIC])),
+            pa.array(np.zeros(count, np.int32)),
+            pa.array(np.arange(count, dtype=np.int64)),
+            pa.array(1_700_000_000_000 + np.arange(count), pa.timestamp("ms", tz="UTC")),
+            pa.array(np.zeros(count, np.int8)),
+            pa.array([None] * count, pa.binary()),
+            pa.array([b'{"id": %d, "name": "n%d"}' % (o, o) for o in range(count)], pa.binary()),
+            pa.array([[]] * count, RECORD_SCHEMA.field("headers").type),
+        ],
+        schema=RECORD_SCHEMA,
+    )
+    writer = SegmentWriter(store.location, TOPIC, 0, start_offset=0)
+    writer.append(batch)
+    sealed = writer.seal(count)
+    assert sealed is not None
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    plan = ReadPlan(
+        mode="files",
+        token="no-pandas",
+        tasks=group_segments(
+            [sealed],
+            skip_through={(TOPIC, 0): None},
+            dead_skip_through={(TOPIC, 0): None},
+            parallelism=1,
+        ),
+        spec=DecodeSpec("json", schema),
+        table=TableLocation.of(str(tmp_path / "table")),
+        dead=TableLocation.of(str(tmp_path / "dead")),
+    )
+    code = (
+        "import sys\n"
+        "from spark_jobs.task_process import run_task\n"
+        f"rows = run_task({encode_plan(plan)!r}, 0)\n"
+        "assert [kind for kind, _ in rows] == ['data'], rows\n"
+        "assert 'pandas' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
