@@ -67,6 +67,26 @@ def json_value(record_id: int, ts_ms: int, size: int = VALUE_BYTES) -> bytes:
     return head + b"x" * (size - len(head) - 2) + b'"}'
 
 
+def warm_group_coordinator(bootstrap: str, timeout: float = 60) -> float:
+    """Has the broker create ``__consumer_offsets`` and load its coordinators before any
+    pipeline is timed; returns the seconds it took. A fresh broker does that at the first
+    group's FindCoordinator, so whichever pipeline ran first paid it (0.2 s of ours at 100k);
+    a user's cluster has had its offsets topic since its first group."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    began = time.monotonic()
+    while True:
+        group = "ingest-bench-warm-up"
+        try:
+            admin.describe_consumer_groups([group])[group].result(timeout=10)
+            return time.monotonic() - began
+        except Exception:
+            if time.monotonic() - began > timeout:
+                raise
+            time.sleep(0.1)
+
+
 def await_leaders(producer: Any, topic: str, partitions: int, timeout: float = 30) -> None:
     """Waits until the producer knows a leader for each partition of a topic just created.
     Records produced before that wait in librdkafka's unassigned queue and may be sent
