@@ -101,7 +101,8 @@ class SourceSection:
     eager (docs/deploy.md)."""
     session_timeout: Duration = Duration(45)
     """How long the coordinator waits for a heartbeat before it removes the member (classic
-    protocol)."""
+    protocol); with the consumer protocol, how long the member keeps its partitions without
+    a heartbeat answer (at least two of the coordinator's heartbeat intervals)."""
     heartbeat_interval: Duration = Duration(3)
     """How often the member heartbeats; shorter than session_timeout."""
     rebalance_timeout: Duration = Duration(300)

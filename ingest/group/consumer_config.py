@@ -5,7 +5,9 @@ the coordinator's (``uniform`` or ``range``), or None for the group's default.
 The session timeout is the coordinator's too (``group.consumer.session.timeout.ms``,
 45 s by default); ``session_timeout_ms`` here is only how long the member goes on
 owning its partitions without a heartbeat answer before it counts them lost, so it
-should not exceed the coordinator's.
+should not exceed the coordinator's. It is never shorter than two of the coordinator's
+heartbeat intervals (``group.consumer.heartbeat.interval.ms``, 5 s by default), which the
+coordinator sets: a shorter one would expire between two answered heartbeats.
 """
 
 from __future__ import annotations

@@ -356,7 +356,12 @@ class ConsumerCore:
         return self._next_heartbeat_at
 
     def _session_deadline(self) -> float:
-        return self._session_anchor + self.config.session_timeout_ms / 1000
+        """The member's own session: ``session_timeout_ms``, but never less than two of the
+        coordinator's heartbeat intervals, which the coordinator sets: a shorter one would
+        expire between two answered heartbeats (a 2 s session against the broker's default
+        5 s interval lost the partitions at every heartbeat)."""
+        session = max(self.config.session_timeout_ms / 1000, 2 * self._interval)
+        return self._session_anchor + session
 
     def _heartbeating(self) -> bool:
         """Joining (epoch 0), or a member: heartbeats are due."""

@@ -225,6 +225,25 @@ def test_no_heartbeat_answer_within_the_session_loses_the_partitions() -> None:
     assert any(isinstance(o, FindCoordinator) for o in out)
 
 
+def test_the_members_session_is_never_shorter_than_two_coordinator_intervals() -> None:
+    """A 2 s session against the broker's default 5 s heartbeat interval: the member keeps
+    its partitions between answered heartbeats, and loses them only after two intervals
+    without an answer."""
+    m = Member(config(session_timeout_ms=2_000))
+    m.joining()
+    m(ok(1, {TOPIC: (0, 1)}, interval_ms=5_000))
+    m(ok(1, interval_ms=5_000))
+    for _ in range(3):  # answered heartbeats, 5 s apart
+        assert not events_of(m(Tick(), after=4.9), PartitionsLost)
+        only_heartbeat(m(Tick(), after=0.1))
+        assert not events_of(m(ok(1, interval_ms=5_000)), PartitionsLost)
+    assert m.state is S.STABLE
+    m(Tick(), after=5.0)  # a heartbeat goes and is never answered
+    assert not events_of(m(Tick(), after=4.9), PartitionsLost)
+    out = m(Tick(), after=0.2)  # 10.1 s after the last answered one was sent
+    assert [e.partitions for e in events_of(out, PartitionsLost)] == [tp(TOPIC, 0, 1)]
+
+
 # -- leaving ---------------------------------------------------------------------------
 
 
