@@ -229,7 +229,7 @@ def run_size(
     label = f"{per * args.partitions:,} x {value_bytes} B"
     topic = unique_name(f"bench-e2e-{records}-{value_bytes}")
     create_topic(bootstrap, topic, partitions=args.partitions)
-    produced = produce_json(bootstrap, topic, args.partitions, per, value_bytes)
+    produced = produce_json(bootstrap, topic, args.partitions, per, value_bytes, idempotent=True)
     print(f"# {label}: produced in {produced:.1f}s", flush=True)
     here = workdir / f"{records}-{value_bytes}"
     here.mkdir()
