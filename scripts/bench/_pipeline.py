@@ -71,7 +71,7 @@ def warm_topic(bootstrap: str, topic: str, ends: Mapping[int, int]) -> float:
     """Reads the whole topic once, untimed, with librdkafka (no group); returns the
     seconds. The first reader of a freshly written topic met a colder broker (its fetch
     path's first use, the new segments) than those after it: whichever pipeline ran first
-    paid ~0.2-0.4 s of it at 100k. A user's cluster serves reads all day."""
+    paid ~0.2-0.3 s of it at 100k. A user's cluster serves reads all day."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
