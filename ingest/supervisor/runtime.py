@@ -361,6 +361,7 @@ class Engine:
         state = PartitionState(partition, self._incarnation, start, end)
         self.states[partition] = state
         self.metrics.partition_assigned(partition.topic, partition.partition)
+        self.metrics.set("ingest_partitions_assigned", len(self.states))  # not at the next status
         return state
 
     def _worker_settings(self, state: PartitionState) -> WorkerSettings:

@@ -88,6 +88,7 @@ def test_metrics_have_a_zero_baseline_before_the_first_batch_and_count_after(
         for stage in ("plan", "spark", "commit"):
             assert before[("ingest_batch_stage_seconds_count", (("stage", stage),))] == 0
         assert before[("ingest_rows_written_total", ())] == 0
+        assert before[("ingest_partitions_assigned", ())] == PARTITIONS
         assert before[("process_resident_memory_bytes", ())] > 0
         assert before[("process_open_fds", ())] > 0
         assert ("process_cpu_seconds_total", ()) in before
