@@ -110,7 +110,10 @@ class Progress:
                 redirect_stdout=False,  # ingest.supervisor.terminal already does
                 redirect_stderr=False,
             )
-            self._task = self._bar.add_task(self.label, rate="")
+            # Its first frame shows the counts already (rich's default total is 100).
+            self._task = self._bar.add_task(
+                self.label, total=self.total, completed=self.done, rate=_rate(rate)
+            )
             self._bar.start()
         self._bar.update(self._task, completed=self.done, total=self.total, rate=_rate(rate))
         if final:

@@ -248,6 +248,7 @@ def test_progress_draws_a_bar_on_a_terminal_and_logs_events_elsewhere(
     drawn = tty.getvalue()
     assert "replay" in drawn and "━" in drawn  # rich's bar
     assert "250/1,000 records" in drawn and "25/s" in drawn
+    assert "/100 records" not in drawn  # no frame before the counts were known
     plain = io.StringIO()
     caplog.set_level(logging.INFO, logger="ingest.supervisor.progress")
     lines = Progress("replay", every=5.0, clock=lambda: now[0])
