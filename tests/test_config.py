@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ingest.config import (
     load_config,
@@ -240,6 +243,27 @@ def test_printed_config_loads_back_to_the_same_config() -> None:
     config = _parse(SASL, env={"KAFKA_PW": "x"})
     again = _parse(render_config(config), env={"KAFKA_PW": "x"})
     assert again == config
+
+
+@given(
+    name=st.text(),
+    options=st.dictionaries(st.text(), st.text(), max_size=3),
+    keys=st.lists(st.text(min_size=1), min_size=1, max_size=3),
+)
+def test_any_string_prints_as_toml_that_loads_back(
+    name: str, options: dict[str, str], keys: list[str]
+) -> None:
+    """Quotes, backslashes and control characters (DEL too) in any string value or table
+    key: ``--print-config`` stays TOML that loads back to the same config."""
+    config = _parse(MINIMAL)
+    config = dataclasses.replace(
+        config,
+        spark=dataclasses.replace(config.spark, app_name=name),
+        table=dataclasses.replace(
+            config.table, storage_options=options, mode="upsert", merge_keys=keys
+        ),
+    )
+    assert _parse(render_config(config)) == config
 
 
 @pytest.mark.parametrize(
