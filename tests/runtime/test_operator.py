@@ -1,6 +1,7 @@
 """The operator's surface of live runs: ``/metrics`` scraped before and after the first
-batch (parsed with prometheus_client's own parser), and ``ingest replay`` on a real
-pseudo-terminal, its screen rendered by a terminal emulator (pyte).
+batch (parsed with prometheus_client's own parser), and the bounded runs (``ingest
+replay``, ``ingest run --until-end``) on a real pseudo-terminal, its screen rendered by a
+terminal emulator (pyte).
 
 Each test runs the ``ingest`` CLI as a process (its own Spark, local[2]) against the
 session's Apache Kafka broker.
@@ -153,7 +154,7 @@ def run_in_pty(args: list[str], capture: Path, bound: float) -> tuple[int, bytes
                 return not chunk
             return process.poll() is not None
 
-        wait_until(drained, bound, "the replay's end on the terminal")
+        wait_until(drained, bound, "the run's end on the terminal")
         code = process.wait(30)
     finally:
         if process.poll() is None:
@@ -178,8 +179,11 @@ BAR = re.compile(r"━|\d[\d,]*/[\d,]+ records")
 RECORD = re.compile(r"\bts=\d{4}-\d\d-\d\dT|\blevel=(debug|info|warning|error)\b")
 
 
-def test_a_replay_on_a_terminal_draws_its_bar_below_the_log_records(
-    broker: KafkaCluster, topic: str, group: str, tmp_path: Path
+@pytest.mark.parametrize(
+    "command", [["replay", "--from", "earliest"], ["run", "--until-end"]], ids=lambda c: c[0]
+)
+def test_a_bounded_run_on_a_terminal_draws_its_bar_below_the_log_records(
+    broker: KafkaCluster, topic: str, group: str, tmp_path: Path, command: list[str]
 ) -> None:
     per_partition = 12_000
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
@@ -198,10 +202,10 @@ def test_a_replay_on_a_terminal_draws_its_bar_below_the_log_records(
         # Several batches, so log records come while the bar is drawn.
         sections={"trigger": {"max_records": 8000}},
     )
-    capture = tmp_path / "replay.pty"
-    code, data = run_in_pty(["replay", "-c", str(path), "--from", "earliest"], capture, 300)
+    capture = tmp_path / f"{command[0]}.pty"
+    code, data = run_in_pty([command[0], "-c", str(path), *command[1:]], capture, 300)
     lines = screen_lines(data)
-    (tmp_path / "replay.screen.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / f"{command[0]}.screen.txt").write_text("\n".join(lines) + "\n")
     assert code == 0, "\n".join(lines[-40:])
     assert_exact(tmp_path / "table", dict.fromkeys(range(PARTITIONS), per_partition))
     mixed = [line for line in lines if BAR.search(line) and RECORD.search(line)]
