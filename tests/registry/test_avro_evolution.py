@@ -51,7 +51,7 @@ class Writers:
     subjects (``shop.Order`` for V2, ``<topic>-shop.<name>`` for the rest)."""
 
     def __init__(self, registry: SchemaRegistry, topic: str) -> None:
-        client = SchemaRegistryClient({"url": registry.url})
+        client = SchemaRegistryClient(registry.client_conf)
         self.context = SerializationContext(topic, MessageField.VALUE)
         self.v1 = AvroSerializer(client, json.dumps(V1))
         self.v2 = AvroSerializer(
@@ -131,7 +131,7 @@ def test_a_new_field_adds_a_column_in_its_rows_commit_and_misfits_are_dead_lette
 
     dead = DeltaTable(cfg.dead_letter_uri()).to_pyarrow_table().to_pylist()
     reasons = {str(row["error_message"]) for row in dead}
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     retyped_id = client.get_latest_version(f"{topic}-shop.OrderRetyped").schema_id
     missing_id = client.get_latest_version(f"{topic}-shop.OrderNoCustomer").schema_id
     assert any(
@@ -196,7 +196,7 @@ def test_a_new_field_named_like_a_kafka_column_is_incompatible(
         "name": "Clash",
         "fields": [{"name": "id", "type": "long"}, {"name": "offset", "type": "long"}],
     }
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     context = SerializationContext(unique_name("avro-clash"), MessageField.VALUE)
     value = AvroSerializer(client, json.dumps(schema))({"id": 1, "offset": 7}, context)
     framed = FramedSpec(

@@ -38,7 +38,7 @@ def test_avro_record_keys_land_as_a_struct_and_bad_keys_as_dead_letters(
 ) -> None:
     topic = unique_name("avro-keys")
     create_topic(broker.bootstrap, topic, partitions=1)
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     keys = AvroSerializer(client, json.dumps(KEY))
     values = AvroSerializer(client, json.dumps(V1))
     key_context = SerializationContext(topic, MessageField.KEY)
@@ -76,7 +76,7 @@ def test_avro_record_keys_land_as_a_struct_and_bad_keys_as_dead_letters(
 
 
 def test_a_primitive_avro_key_is_the_key_column_itself(schema_registry: SchemaRegistry) -> None:
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     settings = RegistrySettings((schema_registry.url,))
     for schema, samples, arrow in (
         ('"string"', ["a", "ß", ""], pa.string()),
@@ -123,7 +123,7 @@ def test_on_spark_avro_keys_and_values_decode_in_the_tasks_and_a_transform_sees_
     transform's fixed columns, so its records are dead letters saying so."""
     topic = unique_name("avro-spark")
     create_topic(broker.bootstrap, topic, partitions=1)
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     keys = AvroSerializer(client, json.dumps(KEY))
     v1 = AvroSerializer(client, json.dumps(V1))
     v2 = AvroSerializer(
@@ -207,7 +207,7 @@ def test_a_protobuf_key_is_a_struct_of_its_message(schema_registry: SchemaRegist
     add_field(message, "id", 1, F.TYPE_INT64)
     add_field(message, "region", 2, F.TYPE_STRING)
     cls = classes(proto)["keys.OrderKey"]
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     context = SerializationContext(unique_name("proto-key"), MessageField.KEY)
     serializer = ProtobufSerializer(cls, client, CONF)
     payloads = pa.array(

@@ -93,7 +93,7 @@ def produce(bootstrap: str, topic: str, values: list[tuple[int, bytes | None]]) 
 
 
 def serialized(registry: SchemaRegistry, topic: str) -> tuple[list[tuple[int, bytes | None]], int]:
-    client = SchemaRegistryClient({"url": registry.url})
+    client = SchemaRegistryClient(registry.client_conf)
     context = SerializationContext(topic, MessageField.VALUE)
     v1 = AvroSerializer(client, json.dumps(V1))
     v2 = AvroSerializer(client, json.dumps(V2))
@@ -212,7 +212,7 @@ def test_a_schema_polars_cannot_read_goes_a_record_at_a_time(
         ],
     }
     serializer = AvroSerializer(
-        SchemaRegistryClient({"url": schema_registry.url}), json.dumps(schema)
+        SchemaRegistryClient(schema_registry.client_conf), json.dumps(schema)
     )
     context = SerializationContext(topic, MessageField.VALUE)
     rows = [
@@ -285,7 +285,7 @@ def test_a_datum_with_bytes_too_many_does_not_shift_the_next_ones(
         "fields": [{"name": "a", "type": "long"}, {"name": "b", "type": "long"}],
     }
     topic = unique_name("avro-unit")
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     serializer = AvroSerializer(client, json.dumps(schema))
     context = SerializationContext(topic, MessageField.VALUE)
     values: list[bytes | None] = [serializer({"a": n, "b": 10 * n}, context) for n in range(500)]

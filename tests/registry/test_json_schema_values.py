@@ -191,7 +191,7 @@ def serializer(
     registry: SchemaRegistry, schema: dict[str, Any] | Schema, *, validate: bool = True
 ) -> JSONSerializer:
     text = schema if isinstance(schema, Schema) else json.dumps(schema)
-    client = SchemaRegistryClient({"url": registry.url})
+    client = SchemaRegistryClient(registry.client_conf)
     return JSONSerializer(text, client, conf={"validate": validate})
 
 
@@ -275,7 +275,7 @@ def test_json_schema_values_land_as_columns_evolve_and_bad_ones_are_dead_letters
         (n % PARTITIONS, v2({**order(n), "labels": {f"k{i}": i for i in range(n % 3)}}, context))
         for n in range(600, 900)
     ]
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     client.set_compatibility(f"{topic}-value", "NONE")  # V3 is not
     v3 = serializer(schema_registry, V3)
     changed = [
@@ -329,7 +329,7 @@ def test_schemas_map_to_columns_and_what_cannot_is_refused_naming_the_pointer(
 ) -> None:
     """Every type family, $ref in the document and to another subject (a registry
     reference), and the schemas no column can hold."""
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     ours = RegistryClient(RegistrySettings((schema_registry.url,)))
     subject = unique_name("js-map")
     point = {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}

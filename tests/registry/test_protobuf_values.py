@@ -69,7 +69,7 @@ def test_columns_of_each_type_family_and_what_is_refused(schema_registry: Schema
     DDL's), a message by record_name (nested ones too); what cannot be columns refused
     with the reason: recursion (google.protobuf.Struct too), groups, google.type.Date,
     .proto text the registry will not serve serialized, an unknown record_name."""
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     ours = client_for(RegistrySettings((schema_registry.url,)))
     topic = unique_name("pb-columns")
     found = classes(common_file(), order_file(1))
@@ -154,7 +154,7 @@ def test_decoded_values_match_protobufs_own_reader(schema_registry: SchemaRegist
     fields, negative times, fields set to their defaults) decode to what upb reads,
     converted by the documented mapping; a value of another message of the file is a
     dead letter naming it, and record_name turns the table to that message."""
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     topic = unique_name("pb-values")
     context = SerializationContext(topic, MessageField.VALUE)
     found = classes(common_file(), order_file(1))
@@ -200,7 +200,7 @@ def test_protobuf_values_land_evolve_and_bad_ones_are_dead_letters(
     letters naming its schema id. Every offset lands once."""
     topic = unique_name("protobuf")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient(schema_registry.client_conf)
     context = SerializationContext(topic, MessageField.VALUE)
     v1 = classes(common_file(), order_file(1))
     serialize = ProtobufSerializer(v1["shop.Order"], client, CONF)
@@ -250,15 +250,10 @@ def test_protobuf_values_land_evolve_and_bad_ones_are_dead_letters(
     v2 = classes(common_file(), order_file(2))["shop.Order"]
     v3 = classes(common_file(), order_file(3))["shop.Order"]
     client.set_compatibility(subject_name=f"{topic}-value", level="NONE")
-    second = [
-        (n % PARTITIONS, ProtobufSerializer(v2, client, CONF)(order(v2, n, coupon=True), context))
-        for n in range(300, 500)
-    ]
+    to_v2, to_v3 = ProtobufSerializer(v2, client, CONF), ProtobufSerializer(v3, client, CONF)
+    second = [(n % PARTITIONS, to_v2(order(v2, n, coupon=True), context)) for n in range(300, 500)]
     third = [
-        (
-            n % PARTITIONS,
-            ProtobufSerializer(v3, client, CONF)(order(v3, n, coupon=True, customer=n), context),
-        )
+        (n % PARTITIONS, to_v3(order(v3, n, coupon=True, customer=n), context))
         for n in range(500, 520)
     ]
     produce(broker.bootstrap, topic, second + third)

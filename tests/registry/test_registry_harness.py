@@ -46,7 +46,7 @@ def _order(*extra: dict[str, Any]) -> str:
 
 
 def _client(server: SchemaRegistry) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": server.url})
+    return SchemaRegistryClient(server.client_conf)
 
 
 def _framed_id(blob: bytes) -> int:

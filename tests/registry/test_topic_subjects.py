@@ -37,7 +37,7 @@ CLICK: dict[str, Any] = {
 def _serialized(
     registry: SchemaRegistry, topic: str, schema: dict[str, Any], values: list[dict[str, Any]]
 ) -> list[tuple[int, bytes | None]]:
-    serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(schema))
+    serializer = AvroSerializer(SchemaRegistryClient(registry.client_conf), json.dumps(schema))
     context = SerializationContext(topic, MessageField.VALUE)
     return [(n % PARTITIONS, serializer(v, context)) for n, v in enumerate(values)]
 
@@ -107,7 +107,7 @@ def test_a_topic_without_a_subject_stops_the_run_naming_it(
     # Framed like Avro, under an id the registry has, but the topic's subject was never
     # registered (its producer used another subject).
     serializer = AvroSerializer(
-        SchemaRegistryClient({"url": schema_registry.url}),
+        SchemaRegistryClient(schema_registry.client_conf),
         json.dumps(CLICK),
         conf={"auto.register.schemas": True, "subject.name.strategy": lambda ctx, name: name},
     )
