@@ -235,9 +235,10 @@ class SchemaRegistry(ProcessServer):
     def client_conf(self) -> dict[str, object]:
         """confluent-kafka's ``SchemaRegistryClient`` config for this registry. Its
         requests time out after ``CLIENT_TIMEOUT_S`` and are retried (the client retries
-        a transport error up to 3 times): in one suite run a GET this registry had
-        answered 404 within 20 ms a few hundred times got no answer at all, and with
-        the client's default of no timeout the test hung until pytest's 300 s."""
+        a transport error up to 3 times): in one suite run a GET got no answer at all
+        (the serializer's subject lookup, answered 404 in milliseconds when tried by
+        hand), and with the client's default of no timeout the test hung until pytest's
+        300 s."""
         return {"url": self.url, "timeout": CLIENT_TIMEOUT_S}
 
     def start(self) -> SchemaRegistry:
