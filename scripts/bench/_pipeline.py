@@ -83,8 +83,9 @@ def warm_topic(bootstrap: str, topic: str, ends: Mapping[int, int]) -> float:
         total, seen = sum(ends.values()), 0
         while seen < total:
             messages = consumer.consume(10_000, 1.0)
-            if any(m.error() for m in messages):
-                raise RuntimeError(f"warming {topic}: {messages[0].error()}")
+            errors = [m.error() for m in messages if m.error() is not None]
+            if errors:
+                raise RuntimeError(f"warming {topic}: {errors[0]}")
             seen += len(messages)
             if time.monotonic() - began > 300:
                 raise RuntimeError(f"warming {topic}: {seen} of {total} in 300 s")
