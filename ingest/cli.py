@@ -74,7 +74,7 @@ def _stop_on_signals(engine: Any) -> Iterator[None]:
 
     def handler(signum: int, _frame: object) -> None:
         if received:
-            from ingest.supervisor.terminal import Terminal
+            from ingest.supervisor.output.terminal import Terminal
 
             terminal = Terminal.active()
             if terminal is not None:
@@ -139,7 +139,7 @@ def _terminal(bar: bool) -> Iterator[Any]:
     if not bar:
         yield None
         return
-    from ingest.supervisor.terminal import Terminal, on_terminal
+    from ingest.supervisor.output.terminal import Terminal, on_terminal
 
     if not on_terminal():
         yield None
@@ -155,7 +155,7 @@ def _progress(label: str, terminal: Any) -> Iterator[Any]:
     if terminal is None:
         yield None
         return
-    from ingest.supervisor.progress import Progress
+    from ingest.supervisor.output.progress import Progress
 
     progress = Progress(label, console=terminal.console)
     try:
@@ -166,7 +166,7 @@ def _progress(label: str, terminal: Any) -> Iterator[Any]:
 
 def _finish(outcome: Any) -> int:
     if outcome.exit_code:
-        from ingest.supervisor.sparksession import drain_jvm_output
+        from ingest.engines.spark.session import drain_jvm_output
 
         drain_jvm_output()  # the JVM's last lines may explain the failure: log them first
         print(f"ingest: {outcome.message}", file=sys.stderr, flush=True)
@@ -226,7 +226,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_bootstrap(config)
         with _progress("until-end", terminal) as progress:
             _start_fork_server(config)
-            from ingest.supervisor.group_run import group_run
+            from ingest.supervisor.modes.group_run import group_run
 
             engine = group_run(config, until_end=args.until_end, progress=progress)
             engine.spark.leave_jvm_at_exit = True
@@ -244,7 +244,7 @@ def _replay(args: argparse.Namespace) -> int:
         _check_bootstrap(config)
         with _progress("replay", terminal) as progress:
             _start_fork_server(config)
-            from ingest.supervisor.replay import parse_partitions, parse_position, replay_run
+            from ingest.supervisor.modes.replay import parse_partitions, parse_position, replay_run
 
             engine = replay_run(
                 config,
@@ -265,7 +265,7 @@ def _status(args: argparse.Namespace) -> int:
     if config is None:
         return 0
     _check_bootstrap(config)
-    from ingest.supervisor.status import collect_status, print_table, render_text
+    from ingest.supervisor.output.status import collect_status, print_table, render_text
 
     report = collect_status(config)
     if args.json:
@@ -286,7 +286,7 @@ def _maintain(args: argparse.Namespace) -> int:
     config = _load(args, quiet=True)
     if config is None:
         return 0
-    from ingest.supervisor.upkeep import maintain_tables, upkeep_fields
+    from ingest.supervisor.engine.upkeep import maintain_tables, upkeep_fields
 
     report = [upkeep_fields(upkeep) for upkeep in maintain_tables(config)]
     if args.json:

@@ -37,7 +37,7 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   ├── StaleBatchError          a concurrent writer covered offsets of the batch: redo it
     │   │                            from its segments (ingest/sink/delta.py)
     │   ├── LocalTaskError           a local-engine task process died: the batch is retried
-    │   │                            on a new pool (spark_jobs/local.py)
+    │   │                            on a new pool (ingest/engines/local/task_pool.py)
     │   ├── UnsupportedTableFeature  the table uses a Delta feature ingest cannot honour for
     │   │                            the write asked; refused before writing
     │   │                            (ingest/sink/features.py)
@@ -232,7 +232,7 @@ class SparkStartError(SinkError):
 
 class SparkClusterLost(SinkError):
     """A batch on a Spark standalone master had no executor for ``EXECUTORLESS_TIMEOUT``
-    (``ingest/supervisor/sparksession.py``): the application lost its cluster (a master
+    (``ingest/engines/spark/session.py``): the application lost its cluster (a master
     restarted without recovery forgets it and kills its executors, and the driver waits for
     it forever). The session cannot get executors back; a new run can."""
 

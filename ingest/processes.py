@@ -27,8 +27,8 @@ __all__ = [
 
 # What the fork server imports: the worker's module, then the local engine's task modules.
 _PRELOAD: list[str] = ["ingest.worker.process"]
-# The local engine's task modules (spark_jobs/local.py); by name, nothing is imported here.
-TASK_MODULES = ("spark_jobs.task_process",)
+# The local engine's task modules (ingest/engines/local/task_pool.py); by name, nothing is imported here.
+TASK_MODULES = ("ingest.engines.local.task_process",)
 
 
 def preload_in_fork_server(*modules: str) -> None:

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-# The value formats whose writers' schemas a registry holds (spark_jobs/framed.py).
+# The value formats whose writers' schemas a registry holds (ingest/formats/framed.py).
 REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 
 

@@ -1,7 +1,7 @@
 """Lines of Python modules at git revisions: raw, and logic (docstrings, comments and
 blank lines left out), for "the module grew or shrank" claims in closing notes.
 
-    python scripts/lines.py --at 6753eab --at HEAD ingest/config ingest/supervisor/metrics.py
+    python scripts/lines.py --at 6753eab --at HEAD ingest/config ingest/supervisor/output/metrics.py
 
 prints one row per path (a directory: its .py files summed) and, per revision, the raw and
 the logic lines; a path absent at a revision counts 0. Without ``--at``, the work tree.

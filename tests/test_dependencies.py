@@ -53,7 +53,7 @@ def _requirements(*groups: str) -> list[Requirement]:
 
 
 def _sources() -> str:
-    files = [*ROOT.glob("ingest/**/*.py"), *ROOT.glob("spark_jobs/**/*.py")]
+    files = [*ROOT.glob("ingest/**/*.py")]
     files += [*ROOT.glob("tests/**/*.py"), *ROOT.glob("scripts/**/*.py"), ROOT / "pyproject.toml"]
     return "\n".join(f.read_text() for f in files if f.resolve() != Path(__file__).resolve())
 

@@ -27,16 +27,21 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "ddl", "client", "registry"},
     "worker": {"errors", "logs", "processes", "protocol", "client", "handoff"},
     "sink": {"errors", "faults", "protocol", "client", "registry", "handoff"},
-    "spark_jobs": {
+    "membership": {"errors", "logs", "protocol", "client", "group"},
+    "formats": {"errors", "protocol", "registry", "sink"},
+    "engines": {
         "errors",
         "faults",
         "processes",
         "ddl",
+        "spark_env",
+        "config",
         "protocol",
         "client",
         "registry",
         "handoff",
         "sink",
+        "formats",
     },
     "testing": {
         "errors",
@@ -61,10 +66,12 @@ ALLOWED: dict[str, set[str]] = {
         "handoff",
         "config",
         "worker",
+        "membership",
         "sink",
-        "spark_jobs",
+        "formats",
+        "engines",
     },
-    "cli": {"errors", "logs", "processes", "config", "client", "supervisor", "testing"},
+    "cli": {"errors", "logs", "processes", "config", "client", "engines", "supervisor", "testing"},
     "__init__": set(),
     "__main__": {"cli"},
 }
@@ -76,8 +83,6 @@ IMPURE_MODULES |= {"subprocess", "multiprocessing", "concurrent", "_thread", "qu
 
 def part_of(path: Path) -> str:
     relative = path.relative_to(ROOT).with_suffix("").parts
-    if relative[0] == "spark_jobs":
-        return "spark_jobs"
     return relative[1]  # ingest/<part>/... or ingest/<module>.py
 
 
@@ -91,13 +96,13 @@ def imports(path: Path) -> set[str]:
             base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join([*base, *([node.module] if node.module else [])])
             found.add(module)
-            if module in ("ingest", "spark_jobs"):  # from ingest import worker
+            if module == "ingest":  # from ingest import worker
                 found |= {f"{module}.{alias.name}" for alias in node.names}
     return found
 
 
 def sources() -> list[Path]:
-    return sorted([*(ROOT / "ingest").rglob("*.py"), *(ROOT / "spark_jobs").rglob("*.py")])
+    return sorted((ROOT / "ingest").rglob("*.py"))
 
 
 def test_every_part_is_in_the_table() -> None:
@@ -115,8 +120,6 @@ def test_no_part_imports_a_higher_one() -> None:
             names = module.split(".")
             if names[0] == "ingest" and len(names) > 1:
                 target = names[1]
-            elif names[0] == "spark_jobs":
-                target = "spark_jobs"
             else:
                 continue
             if target != source and target not in ALLOWED[source]:

@@ -187,7 +187,7 @@ class SparkSection:
     the first run records it, later runs start their JVM in about half the time."""
     engine: Literal["auto", "spark", "local"] = "auto"
     """Where batches without a transform run on a local master: "auto" and "local" in a pool of
-    local processes without a JVM (spark_jobs/local.py); "spark" on Spark."""
+    local processes without a JVM (ingest/engines/local/task_pool.py); "spark" on Spark."""
 
 
 @dataclass(frozen=True, config=SECTION)

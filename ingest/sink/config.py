@@ -119,7 +119,7 @@ class TableConfig:
     value_envelope: Envelope = "none"
     # REGISTRY_FORMATS: where the writers' schemas are, what a registry failure costs
     # ("fail" the batch or "dead_letter" its records), what a writer's schema that does
-    # not fit the table costs (spark_jobs/framed.py), the subject's latest schema,
+    # not fit the table costs (ingest/formats/framed.py), the subject's latest schema,
     # giving the columns when value_schema (DDL) does not, and the record name: the
     # type of a writer's schema whose fields are the columns (protobuf: the message;
     # None: the file's first).

@@ -1,7 +1,7 @@
 """The landing protocol: one batch of segments into one Delta table, exactly once.
 
 ``land(batch, writer) -> BatchResult``. A ``FileWriter`` turns the segments into
-data files (the Spark job supplies one, ``spark_jobs.job``); the rest is here.
+data files (the Spark job supplies one, ``ingest.engines.spark.job``); the rest is here.
 Steps, each timed in ``BatchResult.stage_seconds`` (the names are metric labels):
 
 1. ``plan``: read the txn version of every source partition from the table and
@@ -196,7 +196,7 @@ class WrittenFiles:
 
 
 class FileWriter(Protocol):
-    """Turns segments into data files (``spark_jobs.job.SparkFiles``)."""
+    """Turns segments into data files (``ingest.engines.spark.job.SparkFiles``)."""
 
     def plan(self, request: WriteRequest) -> Callable[[], WrittenFiles]:
         """The tasks for ``request``; calling the result runs them."""

@@ -34,7 +34,7 @@ from ingest.faults import FAULT_POINT_ENV, FAULT_POINTS, fault_point, fault_poin
 
 # ingest.worker.process.WORKER_PROCESS_NAME (this package does not import the worker).
 WORKER_PROCESS_NAME = "ingest-worker"
-# spark_jobs.local.TASK_PROCESS_NAME: a local-engine task process.
+# ingest.engines.local.task_pool.TASK_PROCESS_NAME: a local-engine task process.
 TASK_PROCESS_NAME = "ingest-task"
 
 

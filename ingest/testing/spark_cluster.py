@@ -12,7 +12,7 @@ Each process has its own working directory under ``work_dir`` (``master/``, ``wo
 file there. The workers run their
 executors' Python as this interpreter (``PYSPARK_PYTHON``) with ``python_path`` on its
 ``PYTHONPATH``: by default the directory the running ``ingest`` package was imported from,
-so executors run the same ingest and ``spark_jobs`` as the test (on a real cluster ingest
+so executors run the same ingest as the test (on a real cluster ingest
 is installed on each host instead).
 
 Ready means: the master logged "I have been elected leader" and its UI's ``/json/`` says

@@ -167,7 +167,7 @@ def limit_pipeline(
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     from deltalake import write_deltalake
 
-    from spark_jobs.decode import decode, spark_records
+    from ingest.formats.decode import decode, spark_records
 
     def consumer() -> Any:
         c = Consumer(

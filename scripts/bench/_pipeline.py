@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ingest.formats.decode import DecodeSpec
 from ingest.testing import unique_name
 from ingest.testing.configs import write_toml
-from spark_jobs.decode import DecodeSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUE_BYTES = 100
 VALUE_DDL = "id BIGINT, user STRING, amount DOUBLE, kind STRING, ts BIGINT, pad STRING"
-# What Spark makes of VALUE_DDL (spark_jobs.job.decode_spec); the peers write the same.
+# What Spark makes of VALUE_DDL (ingest.engines.spark.job.decode_spec); the peers write the same.
 VALUE_SCHEMA = pa.schema(
     [
         ("id", pa.int64()),

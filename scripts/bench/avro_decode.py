@@ -5,7 +5,7 @@ timestamp, an array, an enum and a nullable string (~200 bytes each), serialized
 confluent-kafka's ``AvroSerializer`` through a real schema registry (Apicurio, started
 by the harness), then decoded by:
 
-* ingest's ``spark_jobs.framed.decode_framed`` (format "avro": polars' reader over an in-memory object
+* ingest's ``ingest.formats.framed.decode_framed`` (format "avro": polars' reader over an in-memory object
   container, sizes checked back), in windows of 65,536 values as the decoder runs them;
 * fastavro a record at a time (``schemaless_reader``) into ``pa.Table.from_pylist`` with
   the same columns: what a Python consumer does without a vectorized route;
@@ -44,9 +44,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ingest.formats.framed import FramedSpec, decode_framed, format_of
 from ingest.registry import RegisteredSchema, RegistrySettings, client_for
 from ingest.testing import SchemaRegistry
-from spark_jobs.framed import FramedSpec, decode_framed, format_of
 
 WINDOW = 65_536
 SCHEMA: dict[str, Any] = {

@@ -90,8 +90,8 @@ from _pipeline import (
     warm_topic,
 )
 
+from ingest.formats.decode import DecodeSpec
 from ingest.testing import KafkaCluster, TansuBroker, create_topic, unique_name
-from spark_jobs.decode import DecodeSpec
 
 PARTITIONS = 8
 DEFAULT_SIZES = "100k,500k,5M,1M@1KB"
@@ -338,16 +338,16 @@ def run_upsert(
 
 
 def compile_bytecode() -> str:
-    """Compiles ingest's and spark_jobs' modules to bytecode, as ``pip install`` does, so
+    """Compiles ingest's modules to bytecode, as ``pip install`` does, so
     (a) starts as an installed ingest does: a checkout run with PYTHONDONTWRITEBYTECODE=1
     (this workplace sets it) otherwise compiles every module at every process start
     (measured at 100k: 0.02-0.06 s of (a)'s wall time)."""
     import compileall
 
-    for package in ("ingest", "spark_jobs"):
+    for package in ("ingest",):
         if not compileall.compile_dir(ROOT / package, quiet=1):
             raise RuntimeError(f"compiling {package} failed")
-    return "ingest and spark_jobs compiled first"
+    return "ingest compiled first"
 
 
 def print_table(runs: list[tuple[str, dict[str, dict[str, Any]]]]) -> None:

@@ -6,7 +6,7 @@ enum, an array and a nullable string (~230 bytes each), serialized by confluent-
 its validation off, which writes the same bytes for these valid values ten times faster),
 then decoded by:
 
-* ingest's frame with the ``json_schema`` format (``spark_jobs.framed.decode_framed``:
+* ingest's frame with the ``json_schema`` format (``ingest.formats.framed.decode_framed``:
   the header stripped with Arrow compute, the JSON parsed by Arrow's reader, required
   properties and the date-time's form checked, the date-time converted), in windows of
   65,536 values as the decoder runs them;
@@ -37,9 +37,9 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ingest.formats.framed import FramedSpec, decode_framed, format_of
 from ingest.registry import RegistrySettings, client_for
 from ingest.testing import SchemaRegistry
-from spark_jobs.framed import FramedSpec, decode_framed, format_of
 
 WINDOW = 65_536
 SCHEMA: dict[str, Any] = {

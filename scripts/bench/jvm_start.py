@@ -26,8 +26,8 @@ PROBE = """
 import os, sys, time
 from ingest.config import SparkSection
 from ingest.spark_env import session_settings
-from ingest.supervisor.sparksession import ClassDataArchive, start_session
-from spark_jobs.job import warm_up
+from ingest.engines.spark.session import ClassDataArchive, start_session
+from ingest.engines.spark.job import warm_up
 options, product, delta = sys.argv[1], sys.argv[2] == "product", sys.argv[3] == "on"
 conf = {"spark.driver.extraJavaOptions": options} if options else {}
 section = SparkSection(master="local[2]", conf=conf)

@@ -6,7 +6,7 @@ confluent-kafka's ``ProtobufSerializer`` (the message class built at run time fr
 FileDescriptorProto) through a real schema registry (Apicurio, started by the harness),
 then decoded by:
 
-* ingest's ``spark_jobs.framed.decode_framed`` with format "protobuf" (header and message
+* ingest's ``ingest.formats.framed.decode_framed`` with format "protobuf" (header and message
   indexes with Arrow compute, ptars' Rust decoder, the cast to the documented columns),
   in windows of 65,536 values as the decoder runs them;
 * protobuf's upb a message at a time, ``json_format.MessageToDict`` and
@@ -38,9 +38,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ingest.formats.framed import FramedSpec, decode_framed
 from ingest.registry import RegistrySettings
 from ingest.testing import SchemaRegistry
-from spark_jobs.framed import FramedSpec, decode_framed
 
 WINDOW = 65_536
 COLUMNS = pa.schema(

@@ -3,11 +3,11 @@
 1M records (``--records``) of ~100-byte JSON values with a ``type`` header, in windows of
 65,536 as the decoder runs them. Timed on the same records:
 
-* ``selected`` with a header condition (``spark_jobs.routes``: the last header of the
+* ``selected`` with a header condition (``ingest.formats.routes``: the last header of the
   name found with Arrow compute, the regular expression run once per distinct value);
 * ``selected`` with a field condition (each value parsed by orjson);
 * the peer: ingest's own decode of the same values into their columns
-  (``spark_jobs.decode.decode``, format json with a DDL schema), which every routed
+  (``ingest.formats.decode.decode``, format json with a DDL schema), which every routed
   record pays anyway.
 
     .venv/bin/python scripts/bench/route_select.py [--records 1000000] [--repeat 3]
@@ -31,10 +31,10 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ingest.ddl import arrow_schema
+from ingest.formats.decode import decode, table_spec
+from ingest.formats.routes import selected
 from ingest.sink.config import Condition, RowSelect, TableConfig
 from ingest.sink.deadletter import HEADERS_TYPE
-from spark_jobs.decode import decode, table_spec
-from spark_jobs.routes import selected
 
 WINDOW = 65_536
 KINDS = ("view", "click", "order", "refund")

@@ -29,14 +29,14 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
+from ingest.engines.spark.job import Batch, _batch_view, _register, run_batch
+from ingest.engines.spark.python_worker.segment_source import ReadPlan, SegmentTask
+from ingest.formats.decode import DecodeSpec, spark_records
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentSealed, SegmentWriter
 from ingest.protocol.records import RECORD_SCHEMA
 from ingest.sink.config import TableConfig
 from ingest.sink.storage import TableLocation
 from ingest.testing.spark import local_spark_session
-from spark_jobs.decode import DecodeSpec, spark_records
-from spark_jobs.job import Batch, _batch_view, _register, run_batch
-from spark_jobs.source import ReadPlan, SegmentTask
 
 SEGMENTS = 4
 VALUE_BYTES = 100

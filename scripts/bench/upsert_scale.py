@@ -84,7 +84,7 @@ GIB = 1024**3
 
 
 def value_schema() -> pa.Schema:
-    from spark_jobs.decode import DecodeSpec
+    from ingest.formats.decode import DecodeSpec
 
     values = pa.schema(
         [
@@ -270,8 +270,8 @@ def run_spark(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from ingest.config.sections import SparkSection
+    from ingest.engines.spark.session import start_session
     from ingest.spark_env import session_settings
-    from ingest.supervisor.sparksession import start_session
 
     began = time.perf_counter()
     conf = dict(item.split("=", 1) for item in meta.get("spark_conf", []))

@@ -315,7 +315,7 @@ def check(setup: Setup, *, complete: bool) -> Verdict:
 
 def recover(env: ChaosEnv, setup: Setup, outcome: Outcome) -> None:
     """Partial check, then ``--until-end`` until it exits 0, then the full check."""
-    from ingest.supervisor.group_run import group_run
+    from ingest.supervisor.modes.group_run import group_run
 
     partial = check(setup, complete=False)
     if not partial.exact:

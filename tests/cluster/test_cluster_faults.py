@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ingest.engines.spark.executorwatch import EXECUTORLESS_TIMEOUT
 from ingest.faults import fault_point_env
-from ingest.supervisor.executorwatch import EXECUTORLESS_TIMEOUT
 from ingest.testing import KafkaCluster, SparkCluster, verify_exact
 from ingest.testing.spark_cluster import alive, descendants
 from tests.cluster.support import (

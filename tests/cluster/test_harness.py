@@ -28,8 +28,8 @@ spark = (
 
 def where(_):
     import os, sys
-    import spark_jobs
-    yield [spark_jobs.__file__, sys.executable, os.getpid(), os.getcwd()]
+    import ingest.engines
+    yield [ingest.engines.__file__, sys.executable, os.getpid(), os.getcwd()]
 
 rows = spark.sparkContext.parallelize(range(4), 4).mapPartitions(where).collect()
 print(json.dumps(rows), flush=True)
@@ -58,8 +58,10 @@ def test_the_cluster_runs_tasks_on_both_workers_and_its_stop_leaves_nothing(
         line = driver.stdout.readline()  # bounded by the test's timeout
         assert line, "the driver ended without an answer"
         rows = json.loads(line)
-        # The executors run this interpreter and this checkout's spark_jobs.
-        assert {Path(r[0]).resolve() for r in rows} == {source_root() / "spark_jobs/__init__.py"}
+        # The executors run this interpreter and this checkout's ingest.
+        assert {Path(r[0]).resolve() for r in rows} == {
+            source_root() / "ingest/engines/__init__.py"
+        }
         assert {r[1] for r in rows} == {sys.executable}
         # Each worker ran an executor, in its own directory.
         for index in range(2):

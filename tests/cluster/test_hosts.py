@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ingest.group import PartitionsLost
-from ingest.supervisor.membership import GroupMember
+from ingest.membership.member import GroupMember
 from ingest.testing import SparkCluster, create_topic
 from ingest.testing.netns import unavailable
 from tests.chaos.host_cases import (

@@ -16,11 +16,11 @@ from typing import Any
 import pyarrow as pa
 from deltalake import Schema
 
+from ingest.formats.decode import DecodeSpec
 from ingest.sink.schema import nullable_schema
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.source import RunOutcome
+from ingest.supervisor.engine.source import RunOutcome
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import ProducedRecord
-from spark_jobs.decode import DecodeSpec
 from tests.runtime.support import config, write_config
 
 COUNT = 120

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 from ingest.group import Partition
 from ingest.sink.txn import app_id
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from tests.runtime.support import (
     InProcess,

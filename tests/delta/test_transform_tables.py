@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from tests.runtime.support import config, write_config
 

@@ -1,4 +1,4 @@
-"""Avro writers' schemas that change under a running table (spark_jobs/framed.py).
+"""Avro writers' schemas that change under a running table (ingest/formats/framed.py).
 
 The table's columns come from the subject's latest schema (V1 here). Later writers'
 schemas, registered under subjects of their own (the record strategies), reach the same
@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 
 from ingest.config import load_config
 from ingest.group import Partition
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
 from tests.registry.test_avro_values import PARTITIONS, V1, V2, land, order, produce
 from tests.runtime.support import group_offsets, write_config
@@ -187,9 +187,9 @@ def test_a_new_field_named_like_a_kafka_column_is_incompatible(
     are dead letters saying so (before: the batch failed on a duplicate column)."""
     import pyarrow as pa
 
+    from ingest.formats.decode import DecodeSpec, decode
+    from ingest.formats.framed import FramedSpec
     from ingest.registry import RegistrySettings
-    from spark_jobs.decode import DecodeSpec, decode
-    from spark_jobs.framed import FramedSpec
 
     schema = {
         "type": "record",

@@ -17,11 +17,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
 from ingest.config import load_config
+from ingest.formats.decode import DecodeSpec, decode
+from ingest.formats.framed import FramedSpec, decode_framed
 from ingest.registry import RegistrySettings
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
-from spark_jobs.decode import DecodeSpec, decode
-from spark_jobs.framed import FramedSpec, decode_framed
 from tests.registry.test_avro_values import V1, V2, land, order
 from tests.runtime.support import write_config
 

@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from ingest.config import IngestConfig, load_config
 from ingest.errors import ConfigError
 from ingest.group import Partition
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
 from tests.runtime.support import group_offsets, write_config
 
@@ -276,8 +276,8 @@ def test_a_datum_with_bytes_too_many_does_not_shift_the_next_ones(
     datums from the wrong place, without an error (with two longs, any bytes are valid);
     the size check reads them again a block each, and every row keeps its own values
     (the extra byte ignored, as Confluent's deserializers do)."""
+    from ingest.formats.framed import FramedSpec, decode_framed
     from ingest.registry import RegistrySettings
-    from spark_jobs.framed import FramedSpec, decode_framed
 
     schema = {
         "type": "record",

@@ -28,10 +28,10 @@ from deltalake import DeltaTable
 
 from ingest.config import IngestConfig, load_config
 from ingest.errors import IncompatibleSchemaError
+from ingest.formats.framed import FramedSpec, decode_framed, format_of
 from ingest.registry import RegistryClient, RegistrySettings
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
-from spark_jobs.framed import FramedSpec, decode_framed, format_of
 from tests.runtime.support import write_config
 
 PARTITIONS = 2

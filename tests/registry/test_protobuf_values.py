@@ -32,10 +32,10 @@ from google.protobuf import descriptor_pb2
 
 from ingest.ddl import arrow_schema
 from ingest.errors import IncompatibleSchemaError
+from ingest.formats.framed import Fit, FramedSpec, decode_framed, fit
+from ingest.formats.protobuf.protobuf_values import FORMAT
 from ingest.registry import RegistrySettings, client_for
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
-from spark_jobs.framed import Fit, FramedSpec, decode_framed, fit
-from spark_jobs.protobuf import FORMAT
 from tests.registry.protobuf_support import (
     COLUMNS,
     CONF,

@@ -27,10 +27,11 @@ from deltalake.exceptions import TableNotFoundError
 from ingest.client import Cluster
 from ingest.config import IngestConfig, load_config
 from ingest.group import Partition
-from ingest.supervisor.offsets import as_offsets, committed_offsets, end_offsets
+from ingest.membership.committed import as_offsets, committed_offsets
 from ingest.supervisor.settings import client_config, fetch_settings
 from ingest.testing import ProducedRecord
 from ingest.testing.configs import write_toml
+from ingest.worker.ends import end_offsets
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from tests.runtime.promql_refs import References, label_values, references
 from tests.runtime.support import ROOT, InProcess, config, wait_until, write_config

@@ -17,8 +17,8 @@ from deltalake import DeltaTable
 
 from ingest.protocol.record_builder import Record, build_batch
 from ingest.sink.deadletter import STAGE_CORRUPT, STAGE_DECODE
-from ingest.supervisor.progress import Progress
-from ingest.supervisor.replay import Position, replay_run
+from ingest.supervisor.modes.replay import Position, replay_run
+from ingest.supervisor.output.progress import Progress
 from tests.runtime.support import config, write_config
 from tests.worker.scripted import TOPIC, ScriptedLeader
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.metrics import Metrics
+from ingest.supervisor.modes.group_run import group_run
+from ingest.supervisor.output.metrics import Metrics
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (

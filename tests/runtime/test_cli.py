@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ingest.group import Partition
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
 from tests.bounds import SECOND_SIGNAL_S

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ingest.group import CommitFailed, OffsetsCommitted, Partition
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.runtime import Engine
+from ingest.supervisor.engine.runtime import Engine
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce
 from tests.runtime.support import (
     InProcess,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from ingest.group import Partition
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.metrics import Metrics
-from ingest.supervisor.status import collect_status
+from ingest.supervisor.modes.group_run import group_run
+from ingest.supervisor.output.metrics import Metrics
+from ingest.supervisor.output.status import collect_status
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.metrics import Metrics
+from ingest.supervisor.modes.group_run import group_run
+from ingest.supervisor.output.metrics import Metrics
 from ingest.testing import KafkaCluster, create_topic, produce, unique_name
 from ingest.testing.tmpfs import fill, mount_refusal, small_tmpfs
 from tests.runtime.support import (

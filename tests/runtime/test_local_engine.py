@@ -1,4 +1,4 @@
-"""The local engine (spark_jobs/local.py): batches without a transform on a local master land
+"""The local engine (ingest/engines/local/task_pool.py): batches without a transform on a local master land
 through a pool of task processes, with no JVM, by the same landing protocol as on Spark.
 
 The choice is a table (``LocalEngine.choose``); a run on it is exact, dead letters included;
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from ingest.config import SparkSection
+from ingest.engines.spark.session import SparkProvider, local_cores
 from ingest.errors import ConfigError
 from ingest.sink.config import TableConfig
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.metrics import Metrics
-from ingest.supervisor.sparksession import SparkProvider, local_cores
+from ingest.supervisor.modes.group_run import group_run
+from ingest.supervisor.output.metrics import Metrics
 from ingest.testing import (
     KafkaCluster,
     ProducedRecord,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from tests.runtime.support import config, row_count, write_config
 

@@ -22,11 +22,11 @@ from ingest.errors import ConfigError
 from ingest.group import Partition
 from ingest.handoff import CorruptRangeReported, SegmentSealed
 from ingest.logs import JsonFormatter, KeyValueFormatter, event
-from ingest.supervisor.batches import PendingItems, item_next_offset, select
-from ingest.supervisor.metrics import Metrics, MetricsServer
-from ingest.supervisor.progress import Progress
-from ingest.supervisor.replay import Position, parse_partitions, parse_position
-from ingest.supervisor.status import print_table, render_text
+from ingest.supervisor.engine.batches import PendingItems, item_next_offset, select
+from ingest.supervisor.modes.replay import Position, parse_partitions, parse_position
+from ingest.supervisor.output.metrics import Metrics, MetricsServer
+from ingest.supervisor.output.progress import Progress
+from ingest.supervisor.output.status import print_table, render_text
 from tests.bounds import CONFIG_REFUSAL_S
 from tests.runtime.support import ROOT, write_config
 
@@ -250,7 +250,7 @@ def test_progress_draws_a_bar_on_a_terminal_and_logs_events_elsewhere(
     assert "250/1,000 records" in drawn and "25/s" in drawn
     assert "/100 records" not in drawn  # no frame before the counts were known
     plain = io.StringIO()
-    caplog.set_level(logging.INFO, logger="ingest.supervisor.progress")
+    caplog.set_level(logging.INFO, logger="ingest.supervisor.output.progress")
     lines = Progress("replay", every=5.0, clock=lambda: now[0])
     now[0] = 11.0
     lines.update(10, 100)
@@ -258,7 +258,9 @@ def test_progress_draws_a_bar_on_a_terminal_and_logs_events_elsewhere(
     lines.update(20, 100)  # within 5 s: not shown
     lines.update(100, 100, final=True)
     assert plain.getvalue() == ""  # in the log, in its format
-    shown = [r.getMessage() for r in caplog.records if r.name == "ingest.supervisor.progress"]
+    shown = [
+        r.getMessage() for r in caplog.records if r.name == "ingest.supervisor.output.progress"
+    ]
     assert len(shown) == 2
     assert shown[-1].startswith("progress label=replay done=100 total=100 percent=100.0 ")
 

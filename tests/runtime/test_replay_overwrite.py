@@ -17,9 +17,9 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.errors import ConfigError
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.progress import Progress
-from ingest.supervisor.replay import Position, replay_run
+from ingest.supervisor.modes.group_run import group_run
+from ingest.supervisor.modes.replay import Position, replay_run
+from ingest.supervisor.output.progress import Progress
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from tests.runtime.support import config, write_config
 

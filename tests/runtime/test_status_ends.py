@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ingest.supervisor.status import collect_status, render_text
+from ingest.supervisor.output.status import collect_status, render_text
 from ingest.testing import (
     KafkaCluster,
     ProducedRecord,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ingest.group import Partition
-from ingest.supervisor.membership import GroupMember
+from ingest.membership.member import GroupMember
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (

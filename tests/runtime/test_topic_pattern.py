@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from ingest.supervisor.group_run import group_run
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, delete_topic, produce, unique_name
 from tests.runtime.support import InProcess, config, records, row_count, wait_until, write_config
 from tests.runtime.test_consumer_protocol import consumer_group_settings

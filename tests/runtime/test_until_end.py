@@ -16,11 +16,11 @@ import pytest
 
 from ingest.config import offsets_topic_partition
 from ingest.group import Partition
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.metrics import Metrics
-from ingest.supervisor.progress import Progress
-from ingest.supervisor.replay import Position, replay_run
-from ingest.supervisor.status import collect_status
+from ingest.supervisor.modes.group_run import group_run
+from ingest.supervisor.modes.replay import Position, replay_run
+from ingest.supervisor.output.metrics import Metrics
+from ingest.supervisor.output.progress import Progress
+from ingest.supervisor.output.status import collect_status
 from ingest.testing import KafkaCluster, create_topic, produce, unique_name
 from tests.runtime.support import (
     BASE_MS,

@@ -18,8 +18,8 @@ from deltalake import DeltaTable
 
 from ingest.sink.compact import COMPACTION_KEY
 from ingest.sink.maintenance import TXN_RETENTION_PROPERTY
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.upkeep import maintain_tables
+from ingest.supervisor.engine.upkeep import maintain_tables
+from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce, verify_exact
 from tests.runtime.support import InProcess, config, records, row_count, wait_until, write_config
 from tests.sink.test_replace import append, landed

@@ -16,9 +16,9 @@ import orjson
 import pytest
 from deltalake import DeltaTable
 
-from ingest.supervisor.group_run import group_run
-from ingest.supervisor.progress import Progress
-from ingest.supervisor.replay import Position, replay_run
+from ingest.supervisor.modes.group_run import group_run
+from ingest.supervisor.modes.replay import Position, replay_run
+from ingest.supervisor.output.progress import Progress
 from ingest.testing import (
     Change,
     ConsumedRecord,

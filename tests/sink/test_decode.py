@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.errors import ConfigError
+from ingest.formats import decode as decode_module
+from ingest.formats.decode import DecodeSpec, decode, drop_through, spark_records
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter
 from ingest.protocol.records import RECORD_SCHEMA
 from ingest.sink.deadletter import DEAD_LETTER_SCHEMA, STAGE_DECODE
-from spark_jobs import decode as decode_module
-from spark_jobs.decode import DecodeSpec, decode, drop_through, spark_records
 
 JSON_SCHEMA = pa.schema(
     [("id", pa.int64()), ("name", pa.string()), ("tags", pa.list_(pa.string()))]

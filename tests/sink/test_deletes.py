@@ -19,6 +19,7 @@ import orjson
 import pytest
 from deltalake import DeltaTable
 
+from ingest.engines.spark.job import Batch, BatchResult, run_batch
 from ingest.errors import ConfigError
 from ingest.handoff import HandoffConfig, HandoffStore
 from ingest.sink.config import TableConfig
@@ -32,7 +33,6 @@ from ingest.testing import (
     unique_name,
     verify_upsert,
 )
-from spark_jobs.job import Batch, BatchResult, run_batch
 from tests.sink.support import delta_rows, drain
 
 pytestmark = pytest.mark.spark

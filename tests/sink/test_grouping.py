@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ingest.engines.spark.python_worker.segment_source import SegmentTask
+from ingest.engines.tasks import group_segments
 from ingest.handoff import SegmentSealed
-from spark_jobs.source import SegmentTask
-from spark_jobs.tasks import group_segments
 
 MiB = 1 << 20
 
@@ -145,11 +145,11 @@ def test_a_task_refuses_a_lone_uri_for_its_tuple_of_uris() -> None:
 
 def test_the_local_engine_path_does_not_import_pyspark() -> None:
     # pyspark costs ~0.1 s of imports; a run on the local engine (no transform) has no
-    # use for it: not at the supervisor's start, nor at its first batch (spark_jobs.job).
+    # use for it: not at the supervisor's start, nor at its first batch (ingest.engines.spark.job).
     code = (
         "import sys\n"
-        "import ingest.supervisor.group_run, spark_jobs.local, spark_jobs.tasks, spark_jobs.job\n"
-        "import spark_jobs.task_process, ingest.worker.process\n"
+        "import ingest.supervisor.modes.group_run, ingest.engines.local.task_pool, ingest.engines.tasks, ingest.engines.spark.job\n"
+        "import ingest.engines.local.task_process, ingest.worker.process\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pandas'))\n"
         "assert not loaded, loaded\n"
     )

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from ingest.engines.spark.job import Batch, run_batch
 from ingest.errors import SinkError
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter
 from ingest.sink.config import TableConfig
@@ -21,7 +22,6 @@ from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
 from ingest.testing import ConsumedRecord, KafkaCluster, S3Server, create_topic, produce, read_topic
 from ingest.testing import unique_name as unique
-from spark_jobs.job import Batch, run_batch
 from tests.sink.support import (
     JSON_SCHEMA,
     Drained,

@@ -15,6 +15,10 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from ingest.engines.plan import encode_plan
+from ingest.engines.spark.python_worker.segment_source import ReadPlan, read_task
+from ingest.engines.tasks import group_segments
+from ingest.formats.decode import DecodeSpec, spark_records
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentSealed, SegmentWriter
 from ingest.protocol.records import RECORD_SCHEMA
 from ingest.sink.config import TableConfig
@@ -24,10 +28,6 @@ from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.land import Batch, WriteRequest, WrittenFiles, land
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
-from spark_jobs.decode import DecodeSpec, spark_records
-from spark_jobs.plan import encode_plan
-from spark_jobs.source import ReadPlan, read_task
-from spark_jobs.tasks import group_segments
 
 TOPIC = "t"
 BAD = b"\xff\xfe"  # not UTF-8: a decode dead letter in "string" format
@@ -259,7 +259,7 @@ def test_a_local_engine_task_does_not_import_pandas(store: HandoffStore, tmp_pat
     )
     code = (
         "import sys\n"
-        "from spark_jobs.task_process import run_task\n"
+        "from ingest.engines.local.task_process import run_task\n"
         f"rows = run_task({encode_plan(plan)!r}, 0)\n"
         "assert [kind for kind, _ in rows] == ['data'], rows\n"
         "assert 'pandas' not in sys.modules\n"

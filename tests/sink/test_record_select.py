@@ -1,5 +1,5 @@
 """Routes by header or value field, without a broker: which records a table takes
-(``spark_jobs.routes.selected``), which tables a topic's records land in
+(``ingest.formats.routes.selected``), which tables a topic's records land in
 (``Router.tables_for``), and the config's errors."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 
 from ingest.config import parse_config
 from ingest.errors import ConfigError
+from ingest.formats.routes import route_values, selected
 from ingest.sink.config import Condition, Router, RowSelect, TableConfig
 from ingest.sink.deadletter import HEADERS_TYPE
 from ingest.supervisor.settings import table_router
-from spark_jobs.routes import route_values, selected
 
 Header = list[tuple[str, bytes | None]]
 

@@ -1,4 +1,4 @@
-"""spark_jobs.daemon: Spark's Python daemon with the tasks' imports done before it forks."""
+"""ingest.engines.spark.python_worker.daemon: Spark's Python daemon with the tasks' imports done before it forks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.daemon import prefer_installed_pyspark
+from ingest.engines.spark.python_worker.daemon import prefer_installed_pyspark
 
 
 def installed(root: Path, version: str) -> str:
@@ -62,10 +62,15 @@ def test_spark_tasks_run_in_forks_of_our_daemon_with_the_installed_pyspark(spark
     def probe(_: Any) -> Any:
         import pyspark
 
-        yield (sys.argv[0], pyspark.__file__, "spark_jobs.job" in sys.modules, os.getpid())
+        yield (
+            sys.argv[0],
+            pyspark.__file__,
+            "ingest.engines.spark.job" in sys.modules,
+            os.getpid(),
+        )
 
     seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()
     for program, pyspark_file, preloaded, _pid in seen:
-        assert program.endswith(os.path.join("spark_jobs", "daemon.py")), program
+        assert program.endswith(os.path.join("python_worker", "daemon.py")), program
         assert ".zip" not in pyspark_file, pyspark_file
         assert preloaded

@@ -32,8 +32,8 @@ from ingest.group import (
     PartitionsLost,
     PartitionsRevoked,
 )
+from ingest.membership.member import Event, GroupMember
 from ingest.protocol.messages import OffsetCommitRequest
-from ingest.supervisor.membership import Event, GroupMember
 from tests.supervisor.support import client_config, group_config
 
 ROOT = Path(__file__).resolve().parents[2]

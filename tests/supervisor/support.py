@@ -25,7 +25,7 @@ from ingest.group import (
     RangeAssignor,
     RoundRobinAssignor,
 )
-from ingest.supervisor.membership import Event, GroupMember
+from ingest.membership.member import Event, GroupMember
 
 SESSION_MS = 2_000
 HEARTBEAT_MS = 300

@@ -8,7 +8,7 @@ import pytest
 
 from ingest.group import Partition, PartitionsLost, RebalanceProtocol
 from ingest.group.assignors import CooperativeStickyAssignor, RangeAssignor
-from ingest.supervisor.membership import GroupMember
+from ingest.membership.member import GroupMember
 from ingest.testing import KafkaCluster, TansuBroker, create_topic
 from tests.supervisor.confluent import ConfluentMember
 from tests.supervisor.support import (

@@ -1,4 +1,4 @@
-"""The batch retry policy (ingest/supervisor/retries.py) and what counts as transient
+"""The batch retry policy (ingest/supervisor/engine/retries.py) and what counts as transient
 (ingest.errors.is_transient): each row of the policy, at given times."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ingest.errors import (
     SinkError,
     is_transient,
 )
-from ingest.supervisor.retries import BatchRetry, Failure, classify
+from ingest.supervisor.engine.retries import BatchRetry, Failure, classify
 
 
 def _s3_down() -> SinkError:

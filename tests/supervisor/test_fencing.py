@@ -35,6 +35,7 @@ from ingest.group import (
     PartitionsLost,
 )
 from ingest.group.requests import commit_error, offset_commit_request
+from ingest.membership.member import GroupMember, check_commit
 from ingest.protocol.error_codes import ErrorCode
 from ingest.protocol.headers import RequestHeader
 from ingest.protocol.messages import (
@@ -60,7 +61,6 @@ from ingest.protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from ingest.supervisor.membership import GroupMember, check_commit
 from ingest.testing import KafkaCluster, create_topic, unique_name
 from tests.brokers import BROKERS, server_for, tansu_deviates
 from tests.client.peer import PeerConnection, ScriptedPeer, kafka_script

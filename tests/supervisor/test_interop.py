@@ -90,8 +90,8 @@ from ingest.group import (
     RangeAssignor,
     RebalanceProtocol,
 )
+from ingest.membership.member import Event, GroupMember, check_commit
 from ingest.protocol.messages import LeaveGroupRequest
-from ingest.supervisor.membership import Event, GroupMember, check_commit
 from ingest.testing import KafkaCluster, TansuBroker, create_topic, set_group_configs
 from ingest.worker import FetchSettings, PartitionFetcher, StartPosition
 from tests.brokers import tansu_deviates

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from ingest.group import MemberState, PartitionsLost
+from ingest.membership.member import GroupMember
 from ingest.protocol.messages import HeartbeatRequest
-from ingest.supervisor.membership import GroupMember
 from ingest.testing import KafkaCluster, create_topic
 from tests.supervisor.member_process import MemberProcess
 from tests.supervisor.support import (

@@ -23,8 +23,8 @@ from ingest.group import (
     PartitionsAssigned,
     PartitionsRevoked,
 )
+from ingest.membership.member import GroupMember, check_commit
 from ingest.protocol.messages import HeartbeatRequest, LeaveGroupRequest, OffsetCommitRequest
-from ingest.supervisor.membership import GroupMember, check_commit
 from ingest.testing import KafkaCluster, create_topic
 from tests.brokers import tansu_deviates
 from tests.supervisor.support import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ingest.group import Partition
-from ingest.supervisor.partitions import LIFECYCLE, Change, PartitionState, Phase
+from ingest.supervisor.engine.partitions import LIFECYCLE, Change, PartitionState, Phase
 from ingest.worker import StartPosition
 
 

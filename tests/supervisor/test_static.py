@@ -29,8 +29,8 @@ from ingest.group import (
     Partition,
     PartitionsRevoked,
 )
+from ingest.membership.member import Event, GroupMember, check_commit
 from ingest.protocol.messages import LeaveGroupRequest
-from ingest.supervisor.membership import Event, GroupMember, check_commit
 from ingest.testing import create_topic, unique_name
 from tests.brokers import BROKERS, server_for, tansu_deviates
 from tests.supervisor.support import (

@@ -1,5 +1,5 @@
 """``--until-end``: partitions owned elsewhere, or not assigned yet, hold the run until the
-group has them committed at the snapshot's ends (``ingest/supervisor/until_end.py``).
+group has them committed at the snapshot's ends (``ingest/membership/until_end.py``).
 
 A KIP-848 member's first assignment is often empty; ending on it, exit 0 with nothing
 landed, happened in scripts/bench/e2e.py (500k records: no table, no commit).
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ingest.group import CommittedOffset, Partition
-from ingest.supervisor.until_end import CHECK_EVERY_S, OthersWatch
+from ingest.membership.until_end import CHECK_EVERY_S, OthersWatch
 
 P0, P1, P2, P3 = (Partition("t", n) for n in range(4))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing.connection
 import threading
 
-from ingest.supervisor.wakeup import Wakeup
+from ingest.supervisor.engine.wakeup import Wakeup
 
 
 def test_a_set_from_another_thread_ends_the_wait_and_clear_rearms_it() -> None:

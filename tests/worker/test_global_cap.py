@@ -9,7 +9,7 @@ import pytest
 from ingest.errors import ConfigError
 from ingest.handoff import HandoffConfig, HandoffStore
 from ingest.handoff.messages import SegmentSealed
-from ingest.supervisor.backpressure import CapDecision, GlobalBufferCap
+from ingest.supervisor.engine.backpressure import CapDecision, GlobalBufferCap
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
 from ingest.worker.messages import WorkerFinished, WorkerStarted
 from ingest.worker.settings import EndPosition

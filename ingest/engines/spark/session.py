@@ -1,0 +1,500 @@
+"""The supervisor's Spark session, started in the background on first need.
+
+A local session takes 7-10 s to start (the JVM); the supervisor starts it on a
+thread as soon as it knows a batch will come, so the start overlaps joining
+the group and fetching, then runs an empty job through the segment source so
+the first batch finds the Python workers up. A run with nothing to land never
+starts a JVM.
+
+Class-data sharing (``[spark] class_data_sharing``, on by default): the JVM's
+start is mostly loading and verifying Spark's classes. The first run records
+them (``-XX:ArchiveClassesAtExit``) into a temporary file that becomes the
+archive only once its JVM has exited cleanly at the end of the run; later runs
+map the archive (``-XX:SharedArchiveFile``) and start in about half the time
+(measured: 2.8 s instead of 4.9 s idle). The archive's name hashes what makes it
+valid (pyspark's version, the java binary, the session's conf); the JVM checks
+it again and ignores an archive that does not match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ingest.config import SparkSection
+from ingest.engines.spark.executorwatch import EXECUTORLESS_TIMEOUT, ExecutorWatch
+from ingest.engines.spark.jvmlog import JvmOutputRelay
+from ingest.errors import ConfigError, SinkError, SparkClusterLost, SparkStartError
+from ingest.processes import pid_alive
+from ingest.sink.config import TableConfig
+from ingest.sink.land import Batch, BatchResult
+from ingest.spark_env import session_settings
+
+__all__ = ["ClassDataArchive", "SparkProvider", "drain_jvm_output", "start_session"]
+
+log = logging.getLogger("ingest.supervisor.spark")
+
+
+# How long a recording JVM gets to write its archive and exit.
+ARCHIVE_DUMP_TIMEOUT = 120.0
+# A temporary archive older than this whose run is gone was left by a killed run.
+STALE_RECORDING_SECONDS = 600.0
+# An archive no run has mapped for this long is removed when another is recorded.
+UNUSED_ARCHIVE_DAYS = 30
+# How long an exit waits for the JVM's last lines to reach the log.
+JVM_OUTPUT_WAIT = 1.0
+
+
+class ClassDataArchive:
+    """The driver JVM's class-data-sharing archive: used when present, else recorded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.recording: Path | None = None
+
+    @classmethod
+    def for_section(
+        cls, section: SparkSection, root: Path | None = None, classpath: str = ""
+    ) -> ClassDataArchive | None:
+        """The archive for ``section``'s sessions, None when off or not applicable."""
+        if not section.class_data_sharing:
+            return None
+        directory = root if root is not None else _cache_root() / "jvm"
+        if any(c.isspace() or c in "\"'" for c in str(directory)):
+            return None  # extraJavaOptions is split on whitespace
+        return cls(directory / f"spark-{_archive_key(section, classpath)}.jsa")
+
+    def java_options(self) -> str:
+        """The option for the next JVM: map the archive, or record one."""
+        if self.path.is_file():
+            with contextlib.suppress(OSError):
+                os.utime(self.path)  # in use: not pruned
+            return f"-XX:SharedArchiveFile={self.path}"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.debug("no class-data archive: %s", exc)
+            return ""
+        self._remove_stale_recordings()
+        self._remove_unused_archives()
+        self.recording = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        return f"-XX:ArchiveClassesAtExit={self.recording}"
+
+    def finish(self) -> None:
+        """After the session's stop: a recording JVM is made to exit now (it exits when
+        its stdin closes), and its archive, complete once it has exited, is kept."""
+        if self.recording is None:
+            return
+        recording, self.recording = self.recording, None
+        from pyspark import SparkContext
+
+        process = getattr(SparkContext._gateway, "proc", None)
+        if process is None or process.stdin is None:
+            return
+        began = time.monotonic()
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        try:
+            code = process.wait(ARCHIVE_DUMP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = None
+        # The gateway is gone: a later session in this process must start a new one.
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        if _relay is not None:
+            _relay.join(JVM_OUTPUT_WAIT)
+        if code == 0 and recording.is_file() and recording.stat().st_size > 0:
+            os.replace(recording, self.path)
+            log.info(
+                "class-data archive %s recorded (%.0f MB, JVM exit %.1fs); later runs start faster",
+                self.path,
+                self.path.stat().st_size / 1e6,
+                time.monotonic() - began,
+            )
+        else:
+            with contextlib.suppress(OSError):
+                recording.unlink()
+
+    def _remove_unused_archives(self) -> None:
+        """Archives of other venvs, pyspark versions or confs that no run mapped for
+        UNUSED_ARCHIVE_DAYS (~120 MB each; a new venv path means a new archive)."""
+        too_old = time.time() - UNUSED_ARCHIVE_DAYS * 86400
+        for other in self.path.parent.glob("spark-*.jsa"):
+            with contextlib.suppress(OSError):
+                if other != self.path and other.stat().st_mtime < too_old:
+                    other.unlink()
+                    log.info(
+                        "removed class-data archive %s, unused for %d days",
+                        other,
+                        UNUSED_ARCHIVE_DAYS,
+                    )
+
+    def _remove_stale_recordings(self) -> None:
+        now = time.time()
+        for leftover in self.path.parent.glob(f"{self.path.name}.*.tmp"):
+            pid = leftover.suffixes[-2].lstrip(".") if len(leftover.suffixes) >= 2 else ""
+            with contextlib.suppress(OSError, ValueError):
+                if pid_alive(int(pid)) or now - leftover.stat().st_mtime < STALE_RECORDING_SECONDS:
+                    continue
+                leftover.unlink()
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ingest"
+
+
+def _archive_key(section: SparkSection, classpath: str = "") -> str:
+    """What an archive's validity depends on: pyspark's jars, the JVM, the class path."""
+    import pyspark
+
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java") or ""
+    parts = [pyspark.__version__, os.path.dirname(pyspark.__file__), sys.version]
+    with contextlib.suppress(OSError):
+        real = os.path.realpath(java)
+        info = os.stat(real)
+        parts += [real, str(info.st_size), str(int(info.st_mtime))]
+    parts += [f"{k}={v}" for k, v in sorted(section.conf.items())]
+    parts.append(classpath)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+# C1 only: the JIT's C2 compiler cost more CPU (4 of 7.6 s) in a 5M-record run than it
+# could win back, when the rows never pass through the JVM (no transform).
+LIGHT_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def start_session(
+    section: SparkSection,
+    *,
+    archive: ClassDataArchive | None = None,
+    light_jit: bool = False,
+    environment: dict[str, str] | None = None,
+) -> Any:
+    """Starts (or returns) this process's session with ingest's settings and ``[spark]``;
+    with ``archive``, its JVM maps or records that class-data archive; ``light_jit``
+    (for sessions whose rows never enter the JVM) compiles with C1 only; ``environment``:
+    Delta's and S3A's settings (``ingest.spark_env.session_settings``). The user's
+    ``spark.driver.extraJavaOptions`` come after ours, so they win; their extra class path
+    entries are added after ours."""
+    # Python workers must run this interpreter (pyarrow and ingest are installed here).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    settings: dict[str, str] = {
+        "spark.master": section.master,
+        "spark.app.name": section.app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        # Spark 4 writes INT96 timestamps by default; Delta readers want micros.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        # Imports done once before the daemon forks its workers (see ingest/engines/spark/python_worker/daemon.py).
+        "spark.python.daemon.module": "ingest.engines.spark.python_worker.daemon",
+    }
+    settings.update(environment or {})
+    conf = dict(section.conf)
+    for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
+        if conf.get(key) and settings.get(key):
+            conf[key] = f"{settings[key]}:{conf[key]}"
+    ours = [archive.java_options() if archive is not None else "", LIGHT_JIT if light_jit else ""]
+    user = conf.get("spark.driver.extraJavaOptions", "")
+    options = " ".join(option for option in [*ours, user] if option)
+    if options:
+        conf["spark.driver.extraJavaOptions"] = options
+    settings.update(conf)
+    with SparkContext._lock:  # as the builder's own check-then-start
+        if SparkContext._active_spark_context is None and SparkContext._gateway is None:
+            # Our JVM, its output relayed into the log (jvmlog.py); the builder then
+            # finds this context.
+            spark_conf = SparkConf().setAll(list(settings.items()))
+            SparkContext(conf=spark_conf, gateway=_launch_relayed(spark_conf))
+    builder_map: dict[str, bool | float | int | str | None] = dict(settings)
+    session = SparkSession.builder.config(map=builder_map).getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+# The relay of this process's JVM (one JVM per process at a time).
+_relay: JvmOutputRelay | None = None
+
+
+def _launch_relayed(conf: Any) -> Any:
+    """The py4j gateway to a new JVM whose stdout and stderr go to the log."""
+    global _relay
+    from pyspark.java_gateway import launch_gateway
+
+    relay = _relay = JvmOutputRelay()
+    try:
+        popen = {"stdout": relay.write_fd, "stderr": subprocess.STDOUT}
+        return launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        relay.launched()
+        relay.join(JVM_OUTPUT_WAIT)  # the JVM has exited: its last words, logged and kept
+        said = "\n".join(relay.recent) or "(nothing)"
+        raise SinkError(
+            f"the Spark JVM did not start: {exc}; its output ended with:\n{said}"
+        ) from exc
+    finally:
+        relay.launched()
+
+
+def drain_jvm_output(timeout: float = JVM_OUTPUT_WAIT) -> None:
+    """Waits until what this process's JVM wrote so far is logged: before an exit that
+    skips the interpreter's shutdown."""
+    if _relay is not None:
+        _relay.drain(timeout)
+
+
+def local_cores(master: str) -> int | None:
+    """The cores of a ``local``/``local[N]``/``local[*]``/``local[N,F]`` master; None for
+    any other (a cluster: the local engine does not apply)."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    return os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
+
+
+class SparkProvider:
+    """One session, given (tests) or started on a background thread (``warm``); or, for
+    a table without a transform on a local master (``[spark] engine``), the local engine's
+    task pool instead (``ingest/engines/local/task_pool.py``): no JVM at all."""
+
+    def __init__(
+        self,
+        section: SparkSection,
+        session: Any | None = None,
+        *,
+        transform: bool = False,
+        storage_options: dict[str, str] | None = None,
+        table: TableConfig | None = None,
+        tables: tuple[TableConfig, ...] = (),
+    ) -> None:
+        self.section = section
+        self.storage_options = dict(storage_options or {})
+        self.local: LocalEngine | None = None
+        if session is None and table is not None:
+            self.local = LocalEngine.choose(section, table, tables)
+        self.transform = transform  # batches will go through Spark SQL (the data source)
+        self._session = session
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._owned = session is None
+        self.started_in: float | None = None
+        self._archive: ClassDataArchive | None = None
+        # Set by the CLI, whose process ends after the run: the JVM stops itself when its
+        # stdin closes (running SparkContext's shutdown hook), so ``stop`` need not wait
+        # for the Python-side stop (~1 s, measured).
+        self.leave_jvm_at_exit = False
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None or self._thread is not None
+
+    def land(self, batch: Batch) -> BatchResult:
+        """Lands ``batch`` on the local engine, or through the Spark job."""
+        if self.local is not None:
+            return self.local.land(batch)
+        from ingest.engines.spark.job import run_batch
+
+        session = self.get()
+        if not self.section.master.startswith("spark://"):
+            return run_batch(session, batch)
+        with ExecutorWatch(session, EXECUTORLESS_TIMEOUT) as watch:
+            try:
+                return run_batch(session, batch)
+            except Exception as exc:
+                if watch.fired is not None:
+                    raise SparkClusterLost(
+                        f"batch had no Spark executor for {watch.fired:.0f}s on "
+                        f"{self.section.master} and was cancelled: the application lost its "
+                        "cluster (a master restarted without recovery forgets it); nothing "
+                        "of the batch was committed; rerun to land it"
+                    ) from exc
+                raise
+
+    def warm(self) -> None:
+        """Starts the session (or the local engine's pool) in the background (once)."""
+        if self.local is not None:
+            self.local.warm()
+            return
+        if self._session is not None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._start, name="ingest-spark-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        began = time.monotonic()
+        try:
+            environment = session_settings(self.storage_options)
+            if self._owned:
+                classpath = environment["spark.driver.extraClassPath"]
+                self._archive = ClassDataArchive.for_section(self.section, classpath=classpath)
+            session = start_session(
+                self.section,
+                archive=self._archive,
+                light_jit=not self.transform,
+                environment=environment,
+            )
+            self.started_in = time.monotonic() - began
+            log.info("spark session %s started in %.1fs", self.section.master, self.started_in)
+            if self._owned:
+                self._warm_up(session, self.transform)
+            self._session = session
+        except BaseException as exc:
+            self._error = exc
+
+    @staticmethod
+    def _warm_up(session: Any, transform: bool) -> None:
+        """An empty job the way batches run (ingest.engines.spark.job.warm_up): the first batch no
+        longer pays for the Python workers' start and imports."""
+        from ingest.engines.spark.job import warm_up
+
+        try:
+            log.info("spark warm-up job took %.1fs", warm_up(session, transform=transform))
+        except Exception as exc:  # the first batch will meet the cause, with its context
+            log.warning("spark warm-up job failed: %s", exc)
+
+    @property
+    def starting(self) -> bool:
+        """The session (and its warm-up) is on its way up and has not failed."""
+        if self.local is not None:
+            return self.local.starting
+        # The thread sets the session, or the error, as its last step.
+        return self._thread is not None and self._thread.is_alive()
+
+    def session_if_started(self) -> Any | None:
+        """The session if it is up, without waiting or starting one."""
+        return self._session
+
+    def get(self) -> Any:
+        """The session, waiting for its start."""
+        self.warm()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise SparkStartError(
+                f"the Spark session did not start: {self._error}"
+            ) from self._error
+        assert self._session is not None
+        return self._session
+
+    def stop(self) -> None:
+        """Stops a session this provider started (a given one belongs to the caller)."""
+        if self.local is not None:
+            self.local.stop()
+            return
+        recording = self._archive is not None and self._archive.recording is not None
+        if self.leave_jvm_at_exit and not recording:
+            return
+        if self._owned and self._session is not None:
+            try:
+                self._session.stop()
+            except Exception as exc:
+                log.warning("stopping the Spark session failed: %s", exc)
+            self._session = None
+            if self._archive is not None:
+                self._archive.finish()
+
+
+class LocalEngine:
+    """The local engine's pool, warmed on a background thread like a session."""
+
+    def __init__(self, cores: int) -> None:
+        from ingest.engines.local.task_pool import LocalTasks
+
+        self.tasks = LocalTasks(cores)
+        # Per [[route]] (and per topic no route takes, per record selection, per topic
+        # subject of a {topic} table): that table's own decode spec, built at its first
+        # batch.
+        self._specs: dict[tuple[Any, ...], Any] = {}
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def choose(
+        cls, section: SparkSection, table: TableConfig, tables: tuple[TableConfig, ...] = ()
+    ) -> LocalEngine | None:
+        """The local engine when ``[spark] engine`` and the table (and every route's
+        table, ``tables``) allow it."""
+        if section.engine == "spark":
+            return None
+        from ingest.engines.local.task_pool import local_capable, local_decode_spec
+        from ingest.processes import TASK_MODULES, preload_in_fork_server
+
+        cores = local_cores(section.master)
+        capable = all(local_capable(t) for t in (table, *tables))
+        if cores is not None and capable:
+            for checked in (table, *tables):  # refused here rather than at a first batch
+                if checked.value_strategy is None:
+                    local_decode_spec(checked)
+            preload_in_fork_server(*TASK_MODULES)
+            log.info("batches run on the local engine (%d task processes, no JVM)", cores)
+            return cls(cores)
+        if section.engine == "local":
+            why = (
+                f"spark.master {section.master!r} is not local"
+                if cores is None
+                else "the table has a transform"
+                if table.transform
+                else "its value schema has a type only Spark can read into Arrow"
+            )
+            raise ConfigError(f'engine "local" cannot run this table: {why}', key="spark.engine")
+        return None
+
+    @property
+    def starting(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def warm(self) -> None:
+        if self._thread is not None:
+            return
+
+        def start() -> None:
+            try:
+                log.info(
+                    "local engine: %d task processes up in %.1fs",
+                    self.tasks.cores,
+                    self.tasks.warm(),
+                )
+            except Exception as exc:  # the first batch meets the cause, with its context
+                log.warning("local engine warm-up failed: %s", exc)
+
+        self._thread = threading.Thread(target=start, name="ingest-local-start", daemon=True)
+        self._thread.start()
+
+    def land(self, batch: Batch) -> BatchResult:
+        from ingest.engines.local.task_pool import LocalFiles, local_decode_spec
+        from ingest.sink.land import land
+
+        if self._thread is not None:
+            self._thread.join()
+        table = batch.table
+        key = (table.route, table.refuse, table.select, table.value_subject)
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = local_decode_spec(table)
+            if spec is None:  # ``choose`` checked every route's table
+                raise ConfigError(f"{table.uri}: only Spark can decode this table's values")
+            self._specs[key] = spec
+        return land(batch, LocalFiles(self.tasks, spec))
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        self.tasks.stop()

@@ -1,0 +1,455 @@
+"""The supervisor: partition workers, Spark batches, Delta commits, then Kafka commits.
+
+``Engine`` is what ``ingest run`` and ``ingest replay`` share: one worker
+process per partition fetching into Arrow segments (``pool.WorkerPool``), a main
+loop that collects their sealed segments, starts a Spark batch when the
+``[trigger]`` bounds are reached (``batcher.Batcher``: one batch at a time, on
+its own thread, so the loop keeps reading workers and the group meanwhile),
+releases the segments once the batch is durable in Delta, restarts crashed
+workers, and stops gracefully. Each partition's lifecycle is a table
+(``partitions.LIFECYCLE``); every config conversion is in ``settings``.
+
+Where partitions come from is the engine's ``Source``, plugged in, not subclassed:
+``group_run.GroupSource`` (``ingest run``) or ``replay.ReplaySource``.
+
+The group source adds the consumer group: partitions come and go
+with rebalances, a worker starts at max(committed offset, txn version + 1)
+(invariant 3), and after each durable batch the owned partitions' offsets
+are committed at txn version + 1 with the table version as metadata
+(invariant 1). Nothing is committed for a partition no longer owned
+(invariant 4): lost partitions are dropped at once and a batch result is
+only committed for the partition incarnation that was owned when the batch
+started. Revoked partitions wait for the in-flight batch that holds them,
+are committed, then acknowledged (an OffsetCommit is sent without waiting: its
+answer comes with the group's events, so the loop never stalls on the coordinator,
+and revocations wait for it); their segments not yet in a batch are
+abandoned (the next owner fetches them again, and the txn filter makes any
+overlap harmless).
+
+Main loop, one iteration (at most ~50 ms when idle)::
+
+    group events -> assignments, revocations, losses
+    worker events -> pending segments, finished/crashed workers (restart with backoff)
+    batch done?   -> durable offsets, commit, release segments
+    trigger?      -> next batch (bytes / records / age / draining / buffer cap)
+    upkeep?       -> every maintenance.interval, no batch running: a pass on its thread
+    stop?         -> workers seal and stop, the final batch, commit, leave
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ingest.client import Cluster
+from ingest.config import IngestConfig
+from ingest.engines.spark.session import SparkProvider
+from ingest.errors import (
+    ConfigError,
+    IngestError,
+)
+from ingest.group import (
+    Partition,
+)
+from ingest.handoff import HandoffStore
+from ingest.logs import event
+from ingest.processes import raise_open_files_limit, start_fork_server
+from ingest.supervisor.engine.backpressure import GlobalBufferCap
+from ingest.supervisor.engine.batch_end import batch_failed, batch_landed
+from ingest.supervisor.engine.batcher import Batcher
+from ingest.supervisor.engine.batches import (
+    BatchThread,
+)
+from ingest.supervisor.engine.intake import Intake
+from ingest.supervisor.engine.partitions import Change, PartitionState
+from ingest.supervisor.engine.pool import WorkerPool
+from ingest.supervisor.engine.source import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, RunOutcome, Source
+from ingest.supervisor.engine.space import HandoffSpace
+from ingest.supervisor.engine.upkeep import TableKeeper, check_tables
+from ingest.supervisor.engine.wakeup import Wakeup
+from ingest.supervisor.output.metrics import Metrics, MetricsServer
+from ingest.supervisor.output.status import collect_lag
+from ingest.supervisor.settings import (
+    client_config,
+    fetch_settings,
+    handoff_config,
+    latest_key_schema,
+    latest_value_schema,
+    table_router,
+    wanted_space,
+    worker_settings,
+)
+from ingest.worker import (
+    EndPosition,
+    StartPosition,
+    WorkerSettings,
+)
+
+__all__ = ["EXIT_CONFIG", "EXIT_FAILED", "EXIT_OK", "Engine", "RunOutcome"]
+
+log = logging.getLogger("ingest.supervisor")
+
+
+_LOOP_WAIT = 0.05
+_STATUS_EVERY = 0.5
+
+
+class Engine:
+    """Workers, batches, releases, restarts, shutdown, for the partitions its ``source``
+    (the group, or a replay) owns."""
+
+    def __init__(
+        self,
+        config: IngestConfig,
+        source: Callable[[Engine], Source],
+        *,
+        spark: Any | None = None,
+        metrics: Metrics | None = None,
+        upkeep: bool = False,
+    ) -> None:
+        self.config = config
+        # Table upkeep between batches (``ingest run``; ``upkeep.py``).
+        self.keeper = TableKeeper(config) if upkeep else None
+        self.client = client_config(config)
+        self.router = table_router(
+            config,
+            value_registered=latest_value_schema(config),
+            key_registered=latest_key_schema(config),
+        )
+        self.table = self.router.default
+        self.fetch = fetch_settings(config)
+        self.spark = SparkProvider(
+            config.spark,
+            spark,
+            transform=bool(config.table.transform),
+            storage_options=config.table_storage_options(),
+            table=self.table,
+            tables=self.router.tables(),
+        )
+        self.metrics = metrics or Metrics()
+        self.states: dict[Partition, PartitionState] = {}
+        wanted = wanted_space(config)
+        self.cap = GlobalBufferCap(wanted.max_buffered_bytes, wanted.max_buffered_bytes // 2)
+        self.store = HandoffStore(handoff_config(config))
+        if config.handoff.mode == "shm" and not config.spark.master.startswith("local"):
+            event(
+                log,
+                "handoff_shm_with_cluster",
+                level=logging.WARNING,
+                master=config.spark.master,
+                reason="segments in this host's /dev/shm: executors on other hosts cannot "
+                'read them; set handoff.mode = "files" with a root every executor reaches',
+            )
+        self.space = HandoffSpace(wanted, self.store, self.cap)
+        self.wakeup = Wakeup()
+        self.batcher = Batcher(
+            config.trigger,
+            self.router,
+            self.spark,
+            self.store,
+            self.cap,
+            self.wakeup.set,
+            on_new_table=self._new_table,
+        )
+        self.rows_written = 0
+        self.last_table_version: int | None = None
+        self._incarnation = 0
+        self.pool = WorkerPool(
+            config.worker,
+            self.store,
+            self.cap,
+            self.metrics,
+            self.states,
+            settings_for=self._worker_settings,
+            on_event=lambda state, message: self.intake.on_event(state, message),
+            on_pause=self._request_flush,
+            engine_stopping=lambda: self.stopping,
+        )
+        self._stop_requested = threading.Event()
+        self._stop_reason = ""
+        self.stopping = False
+        self._deadline = float("inf")
+        self._status_at = 0.0
+        self._metrics_server: MetricsServer | None = None
+        self.cluster: Cluster | None = None
+        self.source = source(self)
+        self.intake = Intake(
+            self.source,
+            self.pool,
+            self.cap,
+            self.metrics,
+            request_flush=self._request_flush,
+            warm_spark=self.spark.warm,
+        )
+        self._status: dict[str, Any] = {"mode": self.source.mode, "partitions": []}
+
+    # -- public ------------------------------------------------------------------------
+
+    @property
+    def batch(self) -> BatchThread | None:
+        """The batch in flight, if any."""
+        return self.batcher.running
+
+    @property
+    def batches(self) -> int:
+        return self.batcher.count
+
+    def request_stop(self, reason: str = "asked to stop") -> None:
+        """Graceful stop (thread-safe; a signal handler may call it)."""
+        self._stop_reason = reason
+        self._stop_requested.set()
+
+    def status(self) -> dict[str, Any]:
+        """The last published view of the partitions (thread-safe: replaced, not mutated)."""
+        return self._status
+
+    @property
+    def metrics_address(self) -> str | None:
+        return None if self._metrics_server is None else self._metrics_server.address
+
+    def run(self) -> RunOutcome:
+        try:
+            self._open()
+            while True:
+                self._step()
+                if self._stop_requested.is_set() and not self.stopping:
+                    self._begin_shutdown()
+                if self.stopping and time.monotonic() > self._deadline:
+                    return self._deadline_passed()
+                if self.source.finished():
+                    break
+            return self.source.complete()
+        except ConfigError as exc:
+            event(log, "run_failed", level=logging.ERROR, error=str(exc))
+            return self._outcome(EXIT_CONFIG, str(exc))
+        except IngestError as exc:
+            event(log, "run_failed", level=logging.ERROR, error=str(exc))
+            return self._outcome(EXIT_FAILED, str(exc))
+        finally:
+            self._close()
+
+    def complete(self) -> RunOutcome:
+        """The usual outcome: 1 when a partition failed, else 0."""
+        failed = self._failed()
+        if failed:
+            text = "; ".join(f"{p}: {why}" for p, why in sorted(failed.items()))
+            return self._outcome(EXIT_FAILED, f"{len(failed)} partition(s) failed: {text}")
+        return self._outcome(EXIT_OK, "done")
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.store.open()
+        self.space.measure()  # refuses a handoff too small for even one partition
+        # One worker per partition: four descriptors each (ingest/processes.py).
+        log.debug("open files limit: %d", raise_open_files_limit())
+        start_fork_server()  # imports in the background while we join or list offsets
+        listen = self.config.metrics.listen
+        if listen:
+            self._metrics_server = MetricsServer(
+                self.metrics, listen, status=self.status, collector=self._collect_lag
+            )
+            event(log, "metrics_listening", address=self._metrics_server.address)
+        check_tables(self.config)  # txn entries that expire: refused (exit 2)
+        self.cluster = Cluster(self.client)
+        self.source.start()
+
+    def _step(self) -> None:
+        # The wait first: a thread's news (a commit's outcome) is acted on in this step, not
+        # after one more wait (the last commit's outcome sat 50 ms before the run could end).
+        self.pool.pump(_LOOP_WAIT, self.wakeup)
+        self.source.poll()
+        self.pool.restart_due()
+        if self.batch is not None and self.batch.done():
+            self._finish_batch()
+        self.source.after_step()
+        if self.batcher.due(self.states, draining=self.source.draining()):
+            self.batcher.start(self.states, overwrite=self.source.overwrite)
+        if self.keeper is not None and not self.stopping:
+            self.keeper.step(batch_running=self.batch is not None)
+        self._publish_status()
+
+    def _new_table(self, topic: str) -> None:
+        """A ``{topic}`` table about to take its first batch of this run: refused as at
+        the start when it cannot be written (exit 2), then kept by upkeep."""
+        check_tables(self.config, topics=[topic])
+        if self.keeper is not None:
+            self.keeper.topics.add(topic)
+
+    def _failed(self) -> dict[Partition, str]:
+        return {p: s.failed for p, s in self.states.items() if s.failed}
+
+    def _outcome(self, code: int, message: str) -> RunOutcome:
+        return RunOutcome(
+            exit_code=code,
+            message=message,
+            batches=self.batches,
+            rows_written=self.rows_written,
+            failed=self._failed(),
+            batch_running=self.batch is not None and not self.batch.done(),
+        )
+
+    def _close(self) -> None:
+        running = self.batch is not None and not self.batch.done()
+        self.pool.close()
+        try:
+            self.source.close(not running)
+        except IngestError as exc:
+            event(log, "leave_failed", level=logging.WARNING, error=str(exc))
+        if self.cluster is not None:
+            self.cluster.close()
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+        if self.keeper is not None:
+            self.keeper.close()
+        if not running:
+            self.store.close()
+            self.spark.stop()
+        self.wakeup.close()
+
+    def _begin_shutdown(self) -> None:
+        self.stopping = True
+        self._deadline = time.monotonic() + float(self.config.trigger.shutdown_timeout)
+        event(
+            log,
+            "shutdown_started",
+            reason=self._stop_reason,
+            deadline_s=float(self.config.trigger.shutdown_timeout),
+        )
+        for state in self.states.values():
+            state.change(Change.STOP)
+            if state.handle is not None:
+                state.handle.stop_after_seal()
+
+    def shutdown_done(self) -> bool:
+        return (
+            self.batch is None
+            and not any(s.live for s in self.states.values())
+            and not any(len(s.pending) for s in self.states.values())
+        )
+
+    def _deadline_passed(self) -> RunOutcome:
+        waiting = []
+        if self.batch is not None:
+            waiting.append("a batch was not durable")
+        live = sorted(str(s.partition) for s in self.states.values() if s.live)
+        if live:
+            waiting.append(f"workers still ran ({', '.join(live)})")
+        pending = sorted(str(s.partition) for s in self.states.values() if len(s.pending))
+        if pending:
+            waiting.append(f"segments were not landed ({', '.join(pending)})")
+        what = "; ".join(waiting) or "the group did not take the last offset commits"
+        message = (
+            f"the shutdown deadline ({float(self.config.trigger.shutdown_timeout):g}s) passed: "
+            f"{what}; what was not committed is read again on the next run"
+        )
+        event(log, "shutdown_deadline_passed", level=logging.ERROR)
+        for state in self.states.values():
+            if state.handle is not None:
+                state.handle.stop_now(wait=None)
+        return self._outcome(EXIT_FAILED, message)
+
+    # -- workers -----------------------------------------------------------------------
+
+    def new_state(
+        self, partition: Partition, start: StartPosition, end: EndPosition | None
+    ) -> PartitionState:
+        self._incarnation += 1
+        state = PartitionState(partition, self._incarnation, start, end)
+        self.states[partition] = state
+        self.metrics.partition_assigned(partition.topic, partition.partition)
+        self.metrics.set("ingest_partitions_assigned", len(self.states))  # not at the next status
+        return state
+
+    def _worker_settings(self, state: PartitionState) -> WorkerSettings:
+        start = (
+            StartPosition.offset(state.resume_offset)
+            if state.resume_offset is not None
+            else state.start
+        )
+        return worker_settings(
+            self.config,
+            self.client,
+            self.fetch,
+            self.store.location,
+            state.partition,
+            start,
+            state.end,
+            self.space.plan,
+        )
+
+    def _request_flush(self) -> None:
+        self.batcher.flush = True  # the cap paused every worker: land what is held
+
+    # The pool's verbs, as the modes use them.
+    def spawn(self, state: PartitionState) -> None:
+        self._fit_space(extra=state)
+        self.pool.spawn(state)
+
+    def retire(self, state: PartitionState) -> None:
+        self.pool.retire(state)
+        self._fit_space()
+
+    def _fit_space(self, extra: PartitionState | None = None) -> None:
+        """Plans the handoff for the partitions with a worker (and ``extra``, about to get
+        one); raises HandoffTooSmall when they cannot all have a segment."""
+        held = [s for s in self.states.values() if s.handle is not None]
+        count = len(held) + (1 if extra is not None and extra.handle is None else 0)
+        _, decision = self.space.fit(count, (s.handle for s in held if s.handle is not None))
+        self.pool.apply_cap(decision)
+
+    def abandon_pending(self, state: PartitionState) -> None:
+        self.pool.abandon_pending(state)
+
+    # -- batches -----------------------------------------------------------------------
+
+    def default_draining(self) -> bool:
+        """Everything pending should land now (no more is coming soon)."""
+        return self.stopping or not any(s.live for s in self.states.values())
+
+    def _finish_batch(self) -> None:
+        batch = self.batcher.running
+        assert batch is not None
+        self.batcher.running = None
+        result, error = batch.outcome()
+        seconds = time.monotonic() - batch.started
+        if error is not None:
+            batch_failed(self, batch, error, seconds)
+        else:
+            batch_landed(self, batch, result, seconds)
+
+    # -- status and metrics ------------------------------------------------------------
+
+    def _publish_status(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._status_at < _STATUS_EVERY:
+            return
+        self._status_at = now
+        partitions = []
+        for partition, state in sorted(self.states.items()):
+            labels = {"topic": partition.topic, "partition": partition.partition}
+            if state.committed is not None:
+                self.metrics.set("ingest_partition_committed_offset", state.committed, **labels)
+            if state.durable is not None:
+                self.metrics.set("ingest_partition_durable_offset", state.durable, **labels)
+            partitions.append(state.row())
+        self.metrics.retain_partitions((p.topic, p.partition) for p in self.states)
+        self.metrics.set("ingest_partitions_assigned", len(self.states))
+        self.metrics.set("ingest_buffered_bytes", self.cap.held_bytes)
+        self._status = {
+            "mode": self.source.mode,
+            "stopping": self.stopping,
+            "batches": self.batches,
+            "batch_running": self.batch is not None,
+            "rows_written": self.rows_written,
+            "table_version": self.last_table_version,
+            **self.source.status(),
+            "partitions": partitions,
+        }
+
+    def _collect_lag(self, metrics: Metrics) -> None:
+        """At scrape time, on the metrics thread: end offsets of the owned partitions."""
+        collect_lag(metrics, self._status.get("partitions", []), self.client, self.fetch)
