@@ -229,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
             from ingest.supervisor.modes.group_run import group_run
 
             engine = group_run(config, until_end=args.until_end, progress=progress)
-            engine.spark.leave_jvm_at_exit = True
+            engine.lander.leave_jvm_at_exit = True
             with _stop_on_signals(engine):
                 outcome = engine.run()
     return _finish(outcome)
@@ -254,7 +254,7 @@ def _replay(args: argparse.Namespace) -> int:
                 overwrite=args.overwrite,
                 progress=progress,
             )
-            engine.spark.leave_jvm_at_exit = True
+            engine.lander.leave_jvm_at_exit = True
             with _stop_on_signals(engine):
                 outcome = engine.run()
     return _finish(outcome)

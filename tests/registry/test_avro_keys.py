@@ -17,6 +17,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
 from ingest.config import load_config
+from ingest.engines.local.local_engine import LocalEngine
 from ingest.formats.decode import DecodeSpec, decode
 from ingest.formats.framed import FramedSpec, decode_framed
 from ingest.registry import RegistrySettings
@@ -183,7 +184,7 @@ def test_on_spark_avro_keys_and_values_decode_in_the_tasks_and_a_transform_sees_
     )
     cfg = load_config(path)
     engine = group_run(cfg, until_end=True, spark=spark)
-    assert engine.spark.local is None  # Spark's own tasks
+    assert not isinstance(engine.lander, LocalEngine)  # Spark's own tasks
     outcome = engine.run()
     assert outcome.exit_code == 0, outcome.message
     table = DeltaTable(cfg.table.uri).to_pyarrow_table().sort_by("offset")

@@ -24,6 +24,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
 from ingest.config import IngestConfig, load_config
+from ingest.engines.local.local_engine import LocalEngine
 from ingest.errors import ConfigError
 from ingest.group import Partition
 from ingest.supervisor.modes.group_run import group_run
@@ -126,7 +127,7 @@ def land(
     )
     cfg = load_config(path)
     engine = group_run(cfg, until_end=True)
-    assert engine.spark.local is not None  # decoded in the local engine's task processes
+    assert isinstance(engine.lander, LocalEngine)  # decoded in the local engine's task processes
     outcome = engine.run()
     assert outcome.exit_code == 0, outcome.message
     return cfg

@@ -27,6 +27,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
 from ingest.config import IngestConfig, load_config
+from ingest.engines.local.local_engine import LocalEngine
 from ingest.errors import IncompatibleSchemaError
 from ingest.formats.framed import FramedSpec, decode_framed, format_of
 from ingest.registry import RegistryClient, RegistrySettings
@@ -209,7 +210,7 @@ def land(
     )
     cfg = load_config(path)
     engine = group_run(cfg, until_end=True)
-    assert engine.spark.local is not None  # decoded in the local engine's task processes
+    assert isinstance(engine.lander, LocalEngine)  # decoded in the local engine's task processes
     outcome = engine.run()
     assert outcome.exit_code == 0, outcome.message
     return cfg

@@ -92,9 +92,9 @@ PROBE = """
 import json, sys
 from pyspark import SparkContext
 from ingest.config import SparkSection
-from ingest.engines.spark.session import SparkProvider
+from ingest.engines.spark.session import SparkEngine
 
-provider = SparkProvider(SparkSection(master="local[1]", class_data_sharing=sys.argv[1] == "on"))
+provider = SparkEngine(SparkSection(master="local[1]", class_data_sharing=sys.argv[1] == "on"))
 session = provider.get()
 jvm = SparkContext._gateway.proc.pid
 with open(f"/proc/{jvm}/maps") as maps:

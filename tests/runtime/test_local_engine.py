@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ingest.config import SparkSection
-from ingest.engines.spark.session import SparkProvider, local_cores
+from ingest.engines.landing import choose_engine
+from ingest.engines.local.local_engine import LocalEngine, local_cores
 from ingest.errors import ConfigError
 from ingest.sink.config import TableConfig
 from ingest.supervisor.modes.group_run import group_run
@@ -61,10 +62,10 @@ def test_where_batches_run(
     engine: str, master: str, changes: dict[str, object], local: bool
 ) -> None:
     section = SparkSection(master=master, engine=engine)  # type: ignore[arg-type]
-    provider = SparkProvider(section, table=table(**changes))
-    assert (provider.local is not None) is local
+    chosen = choose_engine(section, table=table(**changes))
+    assert isinstance(chosen, LocalEngine) is local
     # A session given (tests, the chaos reruns) is always used.
-    assert SparkProvider(section, session=object(), table=table(**changes)).local is None
+    assert not isinstance(choose_engine(section, object(), table=table(**changes)), LocalEngine)
 
 
 @pytest.mark.parametrize(
@@ -79,7 +80,7 @@ def test_engine_local_refuses_what_it_cannot_run(
     master: str, changes: dict[str, object], why: str
 ) -> None:
     with pytest.raises(ConfigError) as info:
-        SparkProvider(SparkSection(master=master, engine="local"), table=table(**changes))
+        choose_engine(SparkSection(master=master, engine="local"), table=table(**changes))
     assert why in str(info.value) and "spark.engine" in str(info.value)
 
 
@@ -124,10 +125,12 @@ def test_an_until_end_run_lands_on_the_local_engine_without_a_jvm(
     produce_events(broker.bootstrap, topic, 4_000)
     cfg = config(write(tmp_path, broker, topic, group))
     engine = group_run(cfg, until_end=True)
-    assert engine.spark.local is not None
+    assert isinstance(engine.lander, LocalEngine)
+    jvms = {p.pid for p in process_tree(os.getpid()) if p.kind == "jvm"}
     outcome = engine.run()
     assert outcome.exit_code == 0, outcome.message
-    assert not engine.spark.started  # no Spark session, so no JVM, was ever started
+    # No Spark session, so no JVM, was started by the run.
+    assert {p.pid for p in process_tree(os.getpid()) if p.kind == "jvm"} <= jvms
     verdict = verify_exact(
         broker.bootstrap, topic, group, cfg.table.uri, dead_letter_uri=cfg.dead_letter_uri()
     )
@@ -144,10 +147,10 @@ def test_a_dead_task_process_fails_one_batch_and_a_new_pool_lands_it(
     cfg = config(write(tmp_path, broker, topic, group))
     metrics = Metrics()
     engine = group_run(cfg, until_end=True, metrics=metrics)
-    assert engine.spark.local is not None
-    engine.spark.local.tasks.warm()
+    assert isinstance(engine.lander, LocalEngine)
+    engine.lander.tasks.warm()
     tasks = [p for p in process_tree(os.getpid()) if p.kind == "task"]
-    assert len(tasks) == engine.spark.local.tasks.cores, tasks
+    assert len(tasks) == engine.lander.tasks.cores, tasks
     os.kill(tasks[0].pid, signal.SIGKILL)
     outcome = engine.run()
     assert outcome.exit_code == 0, outcome.message

@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,13 +33,12 @@ from typing import Any
 from ingest.config import SparkSection
 from ingest.engines.spark.executorwatch import EXECUTORLESS_TIMEOUT, ExecutorWatch
 from ingest.engines.spark.jvmlog import JvmOutputRelay
-from ingest.errors import ConfigError, SinkError, SparkClusterLost, SparkStartError
+from ingest.errors import SinkError, SparkClusterLost, SparkStartError
 from ingest.processes import pid_alive
-from ingest.sink.config import TableConfig
 from ingest.sink.land import Batch, BatchResult
 from ingest.spark_env import session_settings
 
-__all__ = ["ClassDataArchive", "SparkProvider", "drain_jvm_output", "start_session"]
+__all__ = ["ClassDataArchive", "SparkEngine", "drain_jvm_output", "start_session"]
 
 log = logging.getLogger("ingest.supervisor.spark")
 
@@ -260,21 +258,9 @@ def drain_jvm_output(timeout: float = JVM_OUTPUT_WAIT) -> None:
         _relay.drain(timeout)
 
 
-def local_cores(master: str) -> int | None:
-    """The cores of a ``local``/``local[N]``/``local[*]``/``local[N,F]`` master; None for
-    any other (a cluster: the local engine does not apply)."""
-    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
-    if match is None:
-        return None
-    if match.group(1) is None:
-        return 1
-    return os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
-
-
-class SparkProvider:
-    """One session, given (tests) or started on a background thread (``warm``); or, for
-    a table without a transform on a local master (``[spark] engine``), the local engine's
-    task pool instead (``ingest/engines/local/task_pool.py``): no JVM at all."""
+class SparkEngine:
+    """Batches through the Spark job, on one session: given (tests) or started on a
+    background thread (``warm``)."""
 
     def __init__(
         self,
@@ -283,14 +269,9 @@ class SparkProvider:
         *,
         transform: bool = False,
         storage_options: dict[str, str] | None = None,
-        table: TableConfig | None = None,
-        tables: tuple[TableConfig, ...] = (),
     ) -> None:
         self.section = section
         self.storage_options = dict(storage_options or {})
-        self.local: LocalEngine | None = None
-        if session is None and table is not None:
-            self.local = LocalEngine.choose(section, table, tables)
         self.transform = transform  # batches will go through Spark SQL (the data source)
         self._session = session
         self._error: BaseException | None = None
@@ -308,9 +289,7 @@ class SparkProvider:
         return self._session is not None or self._thread is not None
 
     def land(self, batch: Batch) -> BatchResult:
-        """Lands ``batch`` on the local engine, or through the Spark job."""
-        if self.local is not None:
-            return self.local.land(batch)
+        """Lands ``batch`` through the Spark job."""
         from ingest.engines.spark.job import run_batch
 
         session = self.get()
@@ -330,10 +309,7 @@ class SparkProvider:
                 raise
 
     def warm(self) -> None:
-        """Starts the session (or the local engine's pool) in the background (once)."""
-        if self.local is not None:
-            self.local.warm()
-            return
+        """Starts the session in the background (once)."""
         if self._session is not None or self._thread is not None:
             return
         self._thread = threading.Thread(target=self._start, name="ingest-spark-start", daemon=True)
@@ -374,10 +350,16 @@ class SparkProvider:
     @property
     def starting(self) -> bool:
         """The session (and its warm-up) is on its way up and has not failed."""
-        if self.local is not None:
-            return self.local.starting
         # The thread sets the session, or the error, as its last step.
         return self._thread is not None and self._thread.is_alive()
+
+    def jvm_exit_code(self) -> int | None:
+        """The exit code of the Spark JVM this process launched, if it has exited."""
+        process = getattr(
+            getattr(getattr(self._session, "sparkContext", None), "_gateway", None), "proc", None
+        )
+        code = None if process is None else process.poll()
+        return None if code is None else int(code)
 
     def session_if_started(self) -> Any | None:
         """The session if it is up, without waiting or starting one."""
@@ -397,9 +379,6 @@ class SparkProvider:
 
     def stop(self) -> None:
         """Stops a session this provider started (a given one belongs to the caller)."""
-        if self.local is not None:
-            self.local.stop()
-            return
         recording = self._archive is not None and self._archive.recording is not None
         if self.leave_jvm_at_exit and not recording:
             return
@@ -411,90 +390,3 @@ class SparkProvider:
             self._session = None
             if self._archive is not None:
                 self._archive.finish()
-
-
-class LocalEngine:
-    """The local engine's pool, warmed on a background thread like a session."""
-
-    def __init__(self, cores: int) -> None:
-        from ingest.engines.local.task_pool import LocalTasks
-
-        self.tasks = LocalTasks(cores)
-        # Per [[route]] (and per topic no route takes, per record selection, per topic
-        # subject of a {topic} table): that table's own decode spec, built at its first
-        # batch.
-        self._specs: dict[tuple[Any, ...], Any] = {}
-        self._thread: threading.Thread | None = None
-
-    @classmethod
-    def choose(
-        cls, section: SparkSection, table: TableConfig, tables: tuple[TableConfig, ...] = ()
-    ) -> LocalEngine | None:
-        """The local engine when ``[spark] engine`` and the table (and every route's
-        table, ``tables``) allow it."""
-        if section.engine == "spark":
-            return None
-        from ingest.engines.local.task_pool import local_capable, local_decode_spec
-        from ingest.processes import TASK_MODULES, preload_in_fork_server
-
-        cores = local_cores(section.master)
-        capable = all(local_capable(t) for t in (table, *tables))
-        if cores is not None and capable:
-            for checked in (table, *tables):  # refused here rather than at a first batch
-                if checked.value_strategy is None:
-                    local_decode_spec(checked)
-            preload_in_fork_server(*TASK_MODULES)
-            log.info("batches run on the local engine (%d task processes, no JVM)", cores)
-            return cls(cores)
-        if section.engine == "local":
-            why = (
-                f"spark.master {section.master!r} is not local"
-                if cores is None
-                else "the table has a transform"
-                if table.transform
-                else "its value schema has a type only Spark can read into Arrow"
-            )
-            raise ConfigError(f'engine "local" cannot run this table: {why}', key="spark.engine")
-        return None
-
-    @property
-    def starting(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def warm(self) -> None:
-        if self._thread is not None:
-            return
-
-        def start() -> None:
-            try:
-                log.info(
-                    "local engine: %d task processes up in %.1fs",
-                    self.tasks.cores,
-                    self.tasks.warm(),
-                )
-            except Exception as exc:  # the first batch meets the cause, with its context
-                log.warning("local engine warm-up failed: %s", exc)
-
-        self._thread = threading.Thread(target=start, name="ingest-local-start", daemon=True)
-        self._thread.start()
-
-    def land(self, batch: Batch) -> BatchResult:
-        from ingest.engines.local.task_pool import LocalFiles, local_decode_spec
-        from ingest.sink.land import land
-
-        if self._thread is not None:
-            self._thread.join()
-        table = batch.table
-        key = (table.route, table.refuse, table.select, table.value_subject)
-        spec = self._specs.get(key)
-        if spec is None:
-            spec = local_decode_spec(table)
-            if spec is None:  # ``choose`` checked every route's table
-                raise ConfigError(f"{table.uri}: only Spark can decode this table's values")
-            self._specs[key] = spec
-        return land(batch, LocalFiles(self.tasks, spec))
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-        self.tasks.stop()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ingest.config import TriggerSection
-from ingest.engines.spark.session import SparkProvider
+from ingest.engines.landing import LandingEngine
 from ingest.faults import fault_point
 from ingest.group import Partition
 from ingest.handoff import HandoffStore
@@ -27,7 +27,7 @@ from ingest.supervisor.engine.batches import BatchThread, Selection, select
 from ingest.supervisor.engine.partitions import PartitionState
 from ingest.supervisor.engine.retries import BatchRetry
 
-__all__ = ["Batcher", "jvm_exit_code", "merged", "owner_of"]
+__all__ = ["Batcher", "merged", "owner_of"]
 
 log = logging.getLogger("ingest.supervisor")
 
@@ -39,7 +39,7 @@ class Batcher:
         self,
         trigger: TriggerSection,
         table: Router,
-        spark: SparkProvider,
+        lander: LandingEngine,
         store: HandoffStore,
         cap: GlobalBufferCap,
         on_done: Callable[[], None] | None = None,
@@ -48,7 +48,7 @@ class Batcher:
         self.trigger = trigger
         self.on_done = on_done  # called on the batch's thread when it ends
         self.table = table
-        self.spark = spark
+        self.lander = lander
         self.store = store
         self.cap = cap
         self.running: BatchThread | None = None
@@ -70,7 +70,7 @@ class Batcher:
         if not pending:
             self.flush = False
             return False
-        if self.spark.starting:
+        if self.lander.starting:
             # The batch would only wait for the session; planned later, it takes
             # everything sealed meanwhile (fewer, fuller batches).
             return False
@@ -86,7 +86,7 @@ class Batcher:
 
     def start(self, states: Mapping[Partition, PartitionState], *, overwrite: bool) -> None:
         """Starts a batch of what is pending, on its own thread."""
-        from ingest.engines.spark.job import Batch
+        from ingest.sink.land import Batch
 
         trigger = self.trigger
         selection = select(
@@ -107,14 +107,14 @@ class Batcher:
             )
             for table, part in self._by_table(selection)
         ]
-        spark = self.spark
+        lander = self.lander
 
         def work() -> Any:
             results = []
             for number, batch in enumerate(batches):
                 if number:
                     fault_point("between_table_commits")
-                results.append(spark.land(batch))
+                results.append(lander.land(batch))
             return merged(results)
 
         self.count += 1
@@ -187,13 +187,3 @@ def owner_of(
     if state is None or state.incarnation != batch.incarnations.get(partition):
         return None
     return state
-
-
-def jvm_exit_code(spark: SparkProvider) -> int | None:
-    """The exit code of the Spark JVM this process launched, if it has exited."""
-    session = spark.session_if_started()
-    process = getattr(
-        getattr(getattr(session, "sparkContext", None), "_gateway", None), "proc", None
-    )
-    code = None if process is None else process.poll()
-    return None if code is None else int(code)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ingest.errors import is_transient
+from ingest.errors import SinkError, is_transient
 
 __all__ = ["BatchRetry", "Failure", "classify"]
 
@@ -97,3 +97,29 @@ class BatchRetry:
             return None
         self.next_at = now + delay
         return delay
+
+    def final_error(
+        self, failure: Failure, batch: int, error: BaseException, jvm_exit: int | None, now: float
+    ) -> SinkError:
+        """The error that ends the run when ``failed`` said no retry."""
+        cause = f"{type(error).__name__}: {error}"
+        if failure is Failure.JVM_EXITED:
+            return SinkError(
+                f"the Spark JVM exited (code {jvm_exit}) during batch {batch}; "
+                f"nothing of it was committed; rerun to land it ({cause})"
+            )
+        if failure is Failure.CLUSTER_LOST:
+            return SinkError(f"batch {batch}: {error}")
+        if failure is Failure.SPARK_START:
+            return SinkError(
+                f"the Spark JVM exited or never answered while the session started, before "
+                f"batch {batch}; nothing of it was committed; rerun to land it ({error})"
+            )
+        spent = now - (self.first_failed_at or now)
+        within = (
+            f" (trigger.retry_for = {self.retry_for:g}s)" if failure is Failure.TRANSIENT else ""
+        )
+        return SinkError(
+            f"the batch failed {self.failures} times in a row over {spent:.0f}s{within}"
+            f"; last error: {cause}"
+        )

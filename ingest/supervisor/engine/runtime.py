@@ -1,40 +1,5 @@
-"""The supervisor: partition workers, Spark batches, Delta commits, then Kafka commits.
-
-``Engine`` is what ``ingest run`` and ``ingest replay`` share: one worker
-process per partition fetching into Arrow segments (``pool.WorkerPool``), a main
-loop that collects their sealed segments, starts a Spark batch when the
-``[trigger]`` bounds are reached (``batcher.Batcher``: one batch at a time, on
-its own thread, so the loop keeps reading workers and the group meanwhile),
-releases the segments once the batch is durable in Delta, restarts crashed
-workers, and stops gracefully. Each partition's lifecycle is a table
-(``partitions.LIFECYCLE``); every config conversion is in ``settings``.
-
-Where partitions come from is the engine's ``Source``, plugged in, not subclassed:
-``group_run.GroupSource`` (``ingest run``) or ``replay.ReplaySource``.
-
-The group source adds the consumer group: partitions come and go
-with rebalances, a worker starts at max(committed offset, txn version + 1)
-(invariant 3), and after each durable batch the owned partitions' offsets
-are committed at txn version + 1 with the table version as metadata
-(invariant 1). Nothing is committed for a partition no longer owned
-(invariant 4): lost partitions are dropped at once and a batch result is
-only committed for the partition incarnation that was owned when the batch
-started. Revoked partitions wait for the in-flight batch that holds them,
-are committed, then acknowledged (an OffsetCommit is sent without waiting: its
-answer comes with the group's events, so the loop never stalls on the coordinator,
-and revocations wait for it); their segments not yet in a batch are
-abandoned (the next owner fetches them again, and the txn filter makes any
-overlap harmless).
-
-Main loop, one iteration (at most ~50 ms when idle)::
-
-    group events -> assignments, revocations, losses
-    worker events -> pending segments, finished/crashed workers (restart with backoff)
-    batch done?   -> durable offsets, commit, release segments
-    trigger?      -> next batch (bytes / records / age / draining / buffer cap)
-    upkeep?       -> every maintenance.interval, no batch running: a pass on its thread
-    stop?         -> workers seal and stop, the final batch, commit, leave
-"""
+"""``Engine``: the main loop that ``ingest run`` and ``ingest replay`` share (this package's
+docstring tells the loop), and what follows each batch: landed or failed."""
 
 from __future__ import annotations
 
@@ -46,26 +11,21 @@ from typing import Any
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig
-from ingest.engines.spark.session import SparkProvider
-from ingest.errors import (
-    ConfigError,
-    IngestError,
-)
-from ingest.group import (
-    Partition,
-)
-from ingest.handoff import HandoffStore
+from ingest.engines.landing import choose_engine
+from ingest.errors import ConfigError, IngestError, SparkClusterLost, SparkStartError
+from ingest.faults import fault_point
+from ingest.group import Partition
+from ingest.handoff import HandoffStore, SegmentSealed
 from ingest.logs import event
 from ingest.processes import raise_open_files_limit, start_fork_server
+from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.backpressure import GlobalBufferCap
-from ingest.supervisor.engine.batch_end import batch_failed, batch_landed
-from ingest.supervisor.engine.batcher import Batcher
-from ingest.supervisor.engine.batches import (
-    BatchThread,
-)
+from ingest.supervisor.engine.batcher import Batcher, owner_of
+from ingest.supervisor.engine.batches import BatchThread, Item, item_next_offset
 from ingest.supervisor.engine.intake import Intake
 from ingest.supervisor.engine.partitions import Change, PartitionState
 from ingest.supervisor.engine.pool import WorkerPool
+from ingest.supervisor.engine.retries import classify
 from ingest.supervisor.engine.source import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, RunOutcome, Source
 from ingest.supervisor.engine.space import HandoffSpace
 from ingest.supervisor.engine.upkeep import TableKeeper, check_tables
@@ -121,7 +81,7 @@ class Engine:
         )
         self.table = self.router.default
         self.fetch = fetch_settings(config)
-        self.spark = SparkProvider(
+        self.lander = choose_engine(
             config.spark,
             spark,
             transform=bool(config.table.transform),
@@ -148,7 +108,7 @@ class Engine:
         self.batcher = Batcher(
             config.trigger,
             self.router,
-            self.spark,
+            self.lander,
             self.store,
             self.cap,
             self.wakeup.set,
@@ -182,7 +142,7 @@ class Engine:
             self.cap,
             self.metrics,
             request_flush=self._request_flush,
-            warm_spark=self.spark.warm,
+            warm_spark=self.lander.warm,
         )
         self._status: dict[str, Any] = {"mode": self.source.mode, "partitions": []}
 
@@ -307,7 +267,7 @@ class Engine:
             self.keeper.close()
         if not running:
             self.store.close()
-            self.spark.stop()
+            self.lander.stop()
         self.wakeup.close()
 
     def _begin_shutdown(self) -> None:
@@ -417,9 +377,88 @@ class Engine:
         result, error = batch.outcome()
         seconds = time.monotonic() - batch.started
         if error is not None:
-            batch_failed(self, batch, error, seconds)
+            self._batch_failed(batch, error, seconds)
         else:
-            batch_landed(self, batch, result, seconds)
+            self._batch_landed(batch, result, seconds)
+
+    def _batch_landed(self, batch: BatchThread, result: BatchResult, seconds: float) -> None:
+        self.batcher.retry.landed()
+        self.last_table_version = result.table_version
+        self.rows_written += result.rows_written
+        for stage, spent in result.stage_seconds.items():
+            self.metrics.observe("ingest_batch_stage_seconds", spent, stage=stage)
+        self.metrics.inc("ingest_batches_total", outcome="ok")
+        self.metrics.inc("ingest_rows_written_total", result.rows_written)
+        self.metrics.inc("ingest_dead_letters_total", result.dead_letters)
+        for partition, items in batch.selection.items.items():
+            state = owner_of(self.states, batch, partition)
+            if state is None:
+                continue
+            durable = result.durable_offsets.get(partition)
+            if durable is not None:
+                state.durable = max(durable, state.durable if state.durable is not None else -1)
+            following = [o for o in (item_next_offset(i) for i in items) if o is not None]
+            if following:
+                state.landed_next = max(max(following), state.landed_next or 0)
+            segments = [i for i in items if isinstance(i, SegmentSealed)]
+            if segments:
+                last = max(segments, key=lambda i: i.next_offset)
+                if last.leader_epoch >= 0:
+                    state.landed_epoch = last.leader_epoch
+        event(
+            log,
+            "batch_committed",
+            batch=batch.number,
+            table_version=result.table_version,
+            rows=result.rows_written,
+            deleted=result.deleted_rows,
+            dead_letters=result.dead_letters,
+            path=result.path,
+            seconds=round(seconds, 3),
+            stages={k: round(v, 3) for k, v in result.stage_seconds.items()},
+        )
+        # Fault injection (a no-op unless INGEST_FAULT_POINT is set; ingest/faults.py).
+        fault_point("after_delta_commit")
+        # The table holds the batch: its segments can go, whatever the offset commit does.
+        self.source.after_batch(batch, result)
+        self.pool.release(batch.selection.items)
+
+    def _batch_failed(self, batch: BatchThread, error: BaseException, seconds: float) -> None:
+        self.metrics.inc("ingest_batches_total", outcome="failed")
+        if isinstance(error, ConfigError):
+            raise error
+        jvm_exit = self.lander.jvm_exit_code()
+        failure = classify(
+            error,
+            jvm_exited=jvm_exit is not None,
+            cluster_lost=isinstance(error, SparkClusterLost),
+            spark_start=isinstance(error, SparkStartError),
+        )
+        now = time.monotonic()
+        retry = self.batcher.retry
+        delay = retry.failed(failure, now)
+        event(
+            log,
+            "batch_failed",
+            level=logging.ERROR,
+            batch=batch.number,
+            attempt=retry.failures,
+            seconds=round(seconds, 3),
+            failure=failure.value,
+            retry_in_s=None if delay is None else round(delay, 3),
+            error=f"{type(error).__name__}: {error}",
+        )
+        abandoned: dict[Partition, tuple[Item, ...]] = {}
+        for partition, items in batch.selection.items.items():
+            state = owner_of(self.states, batch, partition)
+            if state is None or state.abandon:
+                abandoned[partition] = items
+            else:
+                state.pending.put_back(items, now)
+        self.pool.release(abandoned)
+        if delay is not None:
+            return
+        raise retry.final_error(failure, batch.number, error, jvm_exit, now) from error
 
     # -- status and metrics ------------------------------------------------------------
 

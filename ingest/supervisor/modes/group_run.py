@@ -161,9 +161,9 @@ class GroupSource:
             # now, overlapping the JoinGroup and the fetching.
             durable = txn_versions(self.engine.router, partitions)
             if any(end > (start_offset(None, durable[p]) or 0) for p, end in self.ends.items()):
-                self.engine.spark.warm()
+                self.engine.lander.warm()
         else:
-            self.engine.spark.warm()
+            self.engine.lander.warm()
         # A pattern is looked at again while the run goes on; --until-end lands the topics
         # it matched at the start.
         pattern = None if self.until_end else source.topic_pattern

@@ -228,7 +228,7 @@ class ReplaySource:
             state.durable = self.versions[partition]
             self.engine.spawn(state)
         if partitions:
-            self.engine.spark.warm()  # start the JVM while the workers fetch
+            self.engine.lander.warm()  # start the JVM while the workers fetch
         event(
             log,
             "replay_started",

@@ -1,0 +1,61 @@
+"""The seam between the supervisor and the engines: ``LandingEngine``, the one protocol
+both engines implement (``land(batch) -> BatchResult``), and ``choose_engine``, which picks
+one for a run from ``[spark]`` and the tables."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ingest.config import SparkSection
+from ingest.engines.local.local_engine import LocalEngine
+from ingest.engines.spark.session import SparkEngine
+from ingest.sink.config import TableConfig
+from ingest.sink.land import Batch, BatchResult
+
+__all__ = ["LandingEngine", "choose_engine"]
+
+
+class LandingEngine(Protocol):
+    """Lands one batch at a time; warmed in the background before the first."""
+
+    # Set by the CLI, whose process ends after the run (the Spark JVM then stops itself).
+    leave_jvm_at_exit: bool
+
+    def land(self, batch: Batch) -> BatchResult:
+        """One batch into its table, exactly once (``ingest.sink.land``)."""
+        ...
+
+    def warm(self) -> None:
+        """Starts what the first batch needs, in the background (once)."""
+        ...
+
+    @property
+    def starting(self) -> bool:
+        """On its way up, and not failed: a due batch waits for it."""
+        ...
+
+    def jvm_exit_code(self) -> int | None:
+        """The exit code of a JVM this engine launched, if it has exited."""
+        ...
+
+    def stop(self) -> None:
+        """Stops what this engine started."""
+        ...
+
+
+def choose_engine(
+    section: SparkSection,
+    session: Any | None = None,
+    *,
+    transform: bool = False,
+    storage_options: dict[str, str] | None = None,
+    table: TableConfig | None = None,
+    tables: tuple[TableConfig, ...] = (),
+) -> LandingEngine:
+    """The local engine when ``[spark] engine`` and every table allow it (never with a
+    given session); else Spark, on ``session`` or one started on first need."""
+    if session is None and table is not None:
+        local = LocalEngine.choose(section, table, tables)
+        if local is not None:
+            return local
+    return SparkEngine(section, session, transform=transform, storage_options=storage_options)
