@@ -1,4 +1,4 @@
-"""Builds the records kernel (ingest/protocol/_records.c); metadata lives in pyproject.toml."""
+"""Builds the records kernel (ingest/protocol/recordbatch/_records.c); metadata lives in pyproject.toml."""
 
 import sys
 
@@ -9,10 +9,10 @@ COMPILE_ARGS = [] if sys.platform == "win32" else ["-O3", "-std=c11", "-Wall", "
 setup(
     ext_modules=[
         Extension(
-            "ingest.protocol._records",
-            sources=["ingest/protocol/_records.c"],
+            "ingest.protocol.recordbatch._records",
+            sources=["ingest/protocol/recordbatch/_records.c"],
             extra_compile_args=COMPILE_ARGS,
         )
     ],
-    package_data={"ingest.protocol": ["_records.pyi"]},
+    package_data={"ingest.protocol.recordbatch": ["_records.pyi"]},
 )

@@ -3,7 +3,7 @@
     ingest run    -c conf/x.toml [--until-end]       the consumer group into the Delta table
     ingest replay -c conf/x.toml --from F [--to T]   a range again, idempotently, no group
     ingest status -c conf/x.toml [--json]            offsets, txn versions, lag, the group
-    ingest maintain -c conf/x.toml [--json]          one upkeep pass: compaction, checkpoint,
+    ingest maintain -c conf/x.toml [--json]          one maintenance pass: compaction, checkpoint,
                                                      log retention, VACUUM ([maintenance])
     ingest broker                                    the embedded test broker (Tansu)
     ingest config-schema                             the config's JSON Schema (every key:
@@ -33,9 +33,9 @@ from ingest.errors import ConfigError, IngestError
 
 def _broker(args: argparse.Namespace) -> int:
     """Runs the embedded test broker in the foreground until interrupted."""
+    from ingest.embedded.seaweedfs import S3Server, weed_binary
+    from ingest.embedded.tansu import TansuBroker, tansu_binary
     from ingest.errors import HarnessError
-    from ingest.testing.s3 import S3Server, weed_binary
-    from ingest.testing.tansu import TansuBroker, tansu_binary
 
     try:
         tansu_binary()
@@ -99,7 +99,7 @@ def _load(args: argparse.Namespace, *, quiet: bool = False) -> Any:
 
     config = load_config(args.config)
     if args.print_config:
-        from ingest.supervisor.settings import rebalance_protocol_note
+        from ingest.supervisor.wiring import rebalance_protocol_note
 
         print(f"# {rebalance_protocol_note(config)}")
         print(render_config(config), end="")
@@ -116,7 +116,7 @@ def _check_bootstrap(config: Any) -> None:
     within kafka.retry_timeout, before Spark or any worker starts."""
     from ingest.client import Cluster
     from ingest.errors import KafkaConnectionError
-    from ingest.supervisor.settings import client_config
+    from ingest.supervisor.wiring import client_config
 
     try:
         with Cluster(client_config(config)) as cluster:
@@ -166,7 +166,7 @@ def _progress(label: str, terminal: Any) -> Iterator[Any]:
 
 def _finish(outcome: Any) -> int:
     if outcome.exit_code:
-        from ingest.engines.spark.session import drain_jvm_output
+        from ingest.engines.spark.spark_session import drain_jvm_output
 
         drain_jvm_output()  # the JVM's last lines may explain the failure: log them first
         print(f"ingest: {outcome.message}", file=sys.stderr, flush=True)
@@ -282,13 +282,13 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _maintain(args: argparse.Namespace) -> int:
-    """One upkeep pass over the table and its dead-letter table (no broker needed)."""
+    """One maintenance pass over the table and its dead-letter table (no broker needed)."""
     config = _load(args, quiet=True)
     if config is None:
         return 0
-    from ingest.supervisor.engine.upkeep import maintain_tables, upkeep_fields
+    from ingest.supervisor.engine.maintainer import maintain_tables, maintenance_fields
 
-    report = [upkeep_fields(upkeep) for upkeep in maintain_tables(config)]
+    report = [maintenance_fields(maintenance) for maintenance in maintain_tables(config)]
     if args.json:
         import json
 
@@ -367,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     maintain = commands.add_parser(
         "maintain",
-        help="one upkeep pass over the tables: compaction, checkpoint, log retention, VACUUM",
+        help="one maintenance pass over the tables: compaction, checkpoint, log retention, VACUUM",
     )
     with_config(maintain)
     maintain.add_argument("--json", action="store_true", help="print JSON")

@@ -232,7 +232,7 @@ class SparkStartError(SinkError):
 
 class SparkClusterLost(SinkError):
     """A batch on a Spark standalone master had no executor for ``EXECUTORLESS_TIMEOUT``
-    (``ingest/engines/spark/session.py``): the application lost its cluster (a master
+    (``ingest/engines/spark/spark_session.py``): the application lost its cluster (a master
     restarted without recovery forgets it and kills its executors, and the driver waits for
     it forever). The session cannot get executors back; a new run can."""
 

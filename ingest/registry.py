@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.client.backoff import Backoff
-from ingest.client.config import Secret
+from ingest.client.client_config import Secret
 from ingest.errors import RegistryError
 
 __all__ = [

@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.ingest-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || { [ -f setup.py ] && [ setup.py -nt "$stamp" ]; } \
-   || { compgen -G 'ingest/**/*.c' >/dev/null && [ -n "$(find ingest -name '*.c' -newer "$stamp")" ]; }; then
+   || [ -n "$(find ingest -name '*.c' -newer "$stamp")" ]; then
   echo "scripts: installing ingest with its dev extras into .venv (pyspark's first build takes ~1 min)" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' >&2

@@ -19,7 +19,7 @@ from ingest.config import (
     render_config,
 )
 from ingest.errors import ConfigError
-from ingest.supervisor.settings import client_config
+from ingest.supervisor.wiring import client_config
 
 MINIMAL = """
 [kafka]
@@ -314,17 +314,19 @@ def test_every_example_in_conf_loads(example: str) -> None:
 
 
 def test_maintenance_defaults_and_what_they_become() -> None:
-    from ingest.sink.maintenance import LOG_RETENTION_FLOOR_SECONDS, VACUUM_FLOOR_HOURS
-    from ingest.supervisor.settings import upkeep_settings
+    from ingest.sink.maintenance.maintain import LOG_RETENTION_FLOOR_SECONDS, VACUUM_FLOOR_HOURS
+    from ingest.supervisor.wiring import maintenance_settings
 
-    upkeep = _parse(MINIMAL).maintenance
-    assert upkeep.enabled and upkeep.interval == 600 and upkeep.checkpoint_every == 10
-    assert upkeep.log_retention == 30 * 86400 and upkeep.vacuum_retention == 168 * 3600
-    settings = upkeep_settings(_parse(MINIMAL + '\n[maintenance]\nlog_retention = "2d"\n'))
+    maintenance = _parse(MINIMAL).maintenance
+    assert (
+        maintenance.enabled and maintenance.interval == 600 and maintenance.checkpoint_every == 10
+    )
+    assert maintenance.log_retention == 30 * 86400 and maintenance.vacuum_retention == 168 * 3600
+    settings = maintenance_settings(_parse(MINIMAL + '\n[maintenance]\nlog_retention = "2d"\n'))
     assert settings.log_retention_seconds == 2 * 86400 and settings.vacuum_retention_hours == 168
     # The config's floors are the sink's.
-    assert type(upkeep).VACUUM_FLOOR_HOURS == VACUUM_FLOOR_HOURS
-    assert type(upkeep).LOG_RETENTION_FLOOR_SECONDS == LOG_RETENTION_FLOOR_SECONDS
+    assert type(maintenance).VACUUM_FLOOR_HOURS == VACUUM_FLOOR_HOURS
+    assert type(maintenance).LOG_RETENTION_FLOOR_SECONDS == LOG_RETENTION_FLOOR_SECONDS
 
 
 @pytest.mark.parametrize(

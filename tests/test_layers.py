@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "ddl", "client", "registry"},
     "worker": {"errors", "logs", "processes", "protocol", "client", "handoff"},
     "sink": {"errors", "faults", "protocol", "client", "registry", "handoff"},
+    "embedded": {"errors", "protocol"},
     "membership": {"errors", "logs", "protocol", "client", "group"},
     "formats": {"errors", "protocol", "registry", "sink"},
     "engines": {
@@ -45,6 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "testing": {
         "errors",
+        "embedded",
         "faults",
         "processes",
         "jars",
@@ -71,7 +73,7 @@ ALLOWED: dict[str, set[str]] = {
         "formats",
         "engines",
     },
-    "cli": {"errors", "logs", "processes", "config", "client", "engines", "supervisor", "testing"},
+    "cli": {"errors", "logs", "processes", "config", "client", "embedded", "engines", "supervisor"},
     "__init__": set(),
     "__main__": {"cli"},
 }

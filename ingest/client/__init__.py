@@ -9,11 +9,11 @@ single-owner and start no thread. ``Partition`` is
 """
 
 from ingest.client.backoff import Backoff
+from ingest.client.client_config import ClientConfig, SaslConfig, Secret, TlsConfig
 from ingest.client.cluster import Cluster
-from ingest.client.config import ClientConfig, SaslConfig, Secret, TlsConfig
 from ingest.client.connection import BrokerConnection, InFlight
-from ingest.client.metadata import BrokerInfo, ClusterView, PartitionInfo, TopicInfo
-from ingest.client.offsets import ListedOffset
+from ingest.client.metadata_cache import BrokerInfo, ClusterView, PartitionInfo, TopicInfo
+from ingest.client.offset_lookup import ListedOffset
 from ingest.client.versions import NegotiatedApi, Negotiation, negotiate
 from ingest.protocol.partition import Partition
 

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from ingest.client.backoff import Backoff
-from ingest.client.config import ClientConfig
+from ingest.client.client_config import ClientConfig
 from ingest.client.connection import BrokerConnection, InFlight, expect_response
 from ingest.client.coordinators import find_coordinators
-from ingest.client.metadata import (
+from ingest.client.metadata_cache import (
     LEADER_ERRORS,
     BrokerInfo,
     ClusterView,
@@ -33,7 +33,7 @@ from ingest.client.metadata import (
     named,
     view_from_metadata,
 )
-from ingest.client.offsets import READ_COMMITTED, ListedOffset, list_offsets
+from ingest.client.offset_lookup import READ_COMMITTED, ListedOffset, list_offsets
 from ingest.errors import BrokerError, KafkaConnectionError, ProtocolError
 from ingest.protocol.error_codes import ErrorCode, error_for, raise_for_error
 from ingest.protocol.messages import (

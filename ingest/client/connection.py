@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ingest.client.backoff import Backoff
-from ingest.client.config import ClientConfig, SaslConfig
+from ingest.client.client_config import ClientConfig, SaslConfig
 from ingest.client.scram import mechanism_for, sasl_failure
 from ingest.client.versions import Negotiation, negotiate
 from ingest.errors import (

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ingest.client.connection import expect_response
-from ingest.client.metadata import BrokerInfo
+from ingest.client.metadata_cache import BrokerInfo
 from ingest.errors import BrokerError, ProtocolError
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse

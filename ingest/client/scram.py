@@ -17,7 +17,7 @@ import hmac
 import secrets
 from typing import Protocol
 
-from ingest.client.config import SaslConfig, Secret
+from ingest.client.client_config import SaslConfig, Secret
 from ingest.errors import BrokerError
 from ingest.protocol.error_codes import ErrorCode
 

@@ -30,11 +30,11 @@ The package, by job (import every name from ``ingest.config``):
 from ingest.config.units import SPARK_MASTER, Duration, Size, parse_duration, parse_size
 
 # isort: split
+from ingest.config.config_schema import config_schema
 from ingest.config.kafka import FetchSection, KafkaSection, SaslSection, SourceSection, TlsSection
 from ingest.config.loader import load_config, parse_config
-from ingest.config.registry import SchemaRegistrySection
+from ingest.config.registry_section import SchemaRegistrySection
 from ingest.config.render import render_config, toml_value
-from ingest.config.schema import config_schema
 from ingest.config.sections import (
     DeadLetterSection,
     HandoffSection,

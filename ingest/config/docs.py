@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.config.schema import config_schema
+from ingest.config.config_schema import config_schema
 
 REGENERATE = "python -m ingest.config.docs > docs/configuration.md"
 

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
-from ingest.client.config import Secret
+from ingest.client.client_config import Secret
 from ingest.config.sections import NOT_IN_FILE, IngestConfig, MaintenanceSection
 from ingest.config.units import DELTA_URI, HOST_PORT, SPARK_MASTER_URL, Size
 from ingest.ddl import check_ddl
@@ -188,7 +188,7 @@ def _problems(config: IngestConfig) -> Iterator[tuple[str, str]]:
 
 def _changes(config: IngestConfig) -> Iterator[tuple[str, str]]:
     """``table.tombstones`` and ``table.value.envelope`` against the mode (the same rules
-    as ``ingest.sink.config.check_changes``, which this layer cannot import)."""
+    as ``ingest.sink.table_config.check_changes``, which this layer cannot import)."""
     table = config.table
     if table.mode == "append" and table.tombstones == "delete":
         yield (
@@ -237,7 +237,7 @@ def _uris(config: IngestConfig) -> Iterator[tuple[str, str]]:
 
 
 # The property whose expiry of txn entries breaks exactly-once for quiet partitions
-# (``ingest.sink.maintenance.TXN_RETENTION_PROPERTY`` refuses a table that has it).
+# (``ingest.sink.maintenance.maintain.TXN_RETENTION_PROPERTY`` refuses a table that has it).
 _TXN_RETENTION = "delta.setTransactionRetentionDuration"
 
 
@@ -330,26 +330,30 @@ def _registered(config: IngestConfig) -> Iterator[tuple[str, str]]:
 
 
 def _maintenance(config: IngestConfig) -> Iterator[tuple[str, str]]:
-    upkeep = config.maintenance
+    maintenance = config.maintenance
     floor_hours = MaintenanceSection.VACUUM_FLOOR_HOURS
-    if upkeep.vacuum_retention < floor_hours * 3600:
+    if maintenance.vacuum_retention < floor_hours * 3600:
         yield (
             "maintenance.vacuum_retention",
-            f"{float(upkeep.vacuum_retention) / 3600:g}h is below the floor of {floor_hours}h: "
+            f"{float(maintenance.vacuum_retention) / 3600:g}h is below the floor of {floor_hours}h: "
             f"VACUUM deletes removed files a running query, a time-travel read or a lagging "
             f"streaming reader may still need, and (vacuum_full) files a batch in flight "
             f"wrote but has not committed yet; Delta's own check is 168h",
         )
     floor_seconds = MaintenanceSection.LOG_RETENTION_FLOOR_SECONDS
-    if upkeep.log_retention < floor_seconds:
+    if maintenance.log_retention < floor_seconds:
         yield (
             "maintenance.log_retention",
-            f"{float(upkeep.log_retention):g}s is below the floor of {floor_seconds // 3600}h: "
+            f"{float(maintenance.log_retention):g}s is below the floor of {floor_seconds // 3600}h: "
             f"a commit's conflict check reads the commits since its snapshot, and "
             f"time travel and `ingest status` read older ones",
         )
     table = config.table.uri.rstrip("/")
-    if upkeep.vacuum and upkeep.vacuum_full and config.dead_letter_uri().startswith(table + "/"):
+    if (
+        maintenance.vacuum
+        and maintenance.vacuum_full
+        and config.dead_letter_uri().startswith(table + "/")
+    ):
         yield (
             "dead_letter.uri",
             f"a full VACUUM of {table} would delete the dead-letter table inside it "

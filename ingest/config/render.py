@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ingest.client.config import Secret
+from ingest.client.client_config import Secret
 from ingest.config.sections import IngestConfig
 from ingest.config.units import Duration, Size
 

@@ -21,13 +21,13 @@ from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 from pydantic.json_schema import SkipJsonSchema
 
-from ingest.client.config import Secret
+from ingest.client.client_config import Secret
 
 # From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
 from ingest.config import Duration, Size
 from ingest.config.kafka import FetchSection, KafkaSection, SourceSection
-from ingest.config.registry import SchemaRegistrySection
+from ingest.config.registry_section import SchemaRegistrySection
 from ingest.config.units import SECTION, Bool, DeltaUri, Int, Regex, SparkMaster, Str, ViewName
 from ingest.errors import ConfigError
 
@@ -210,7 +210,7 @@ class LoggingSection:
 
 @dataclass(frozen=True, config=SECTION)
 class MaintenanceSection:
-    """Table upkeep (``ingest/sink/maintenance.py``): in ``ingest run`` every ``interval``,
+    """Table maintenance (``ingest/sink/maintenance/maintain.py``): in ``ingest run`` every ``interval``,
     between batches, on its own thread; ``ingest maintain`` runs one pass on demand."""
 
     enabled: Bool = True
@@ -232,7 +232,7 @@ class MaintenanceSection:
     vacuum_full: Bool = True
     """Also files no commit names (orphans of a killed run), older than the retention."""
 
-    # The floors (ingest.sink.maintenance says why; tests/test_config.py checks they agree).
+    # The floors (ingest.sink.maintenance.maintain says why; tests/test_config.py checks they agree).
     VACUUM_FLOOR_HOURS: ClassVar[int] = 24
     LOG_RETENTION_FLOOR_SECONDS: ClassVar[int] = 3600
 

@@ -44,7 +44,8 @@ from ingest.formats.framed import FramedSpec, decode_framed, format_of
 from ingest.formats.routes import selected
 from ingest.formats.text_values import json_fields, utf8_errors
 from ingest.registry import RegisteredSchema, client_for
-from ingest.sink.config import (
+from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
+from ingest.sink.table_config import (
     BASE_COLUMNS,
     DEAD_LETTER_COLUMN,
     DELETE_COLUMN,
@@ -53,7 +54,6 @@ from ingest.sink.config import (
     RowSelect,
     TableConfig,
 )
-from ingest.sink.deadletter import HEADERS_TYPE, STAGE_DECODE, dead_letters
 
 __all__ = [
     "DecodeSpec",

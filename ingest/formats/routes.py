@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.formats.text_values import json_rows
-from ingest.sink.config import Condition, RowSelect
+from ingest.sink.table_config import Condition, RowSelect
 
 __all__ = ["route_values", "selected"]
 

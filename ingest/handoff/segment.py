@@ -36,7 +36,7 @@ from ingest.handoff.store import (
     HandoffLocation,
     is_full,
 )
-from ingest.protocol.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
+from ingest.protocol.recordbatch.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
 
 __all__ = ["SegmentWriter"]
 

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ingest.protocol.partition import Partition
-    from ingest.sink.config import TableConfig
     from ingest.sink.deadletter import DEAD_LETTER_SCHEMA
     from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
     from ingest.sink.files import DataFile, Source, write_data_files
     from ingest.sink.land import Batch, BatchResult, FileWriter
     from ingest.sink.merge import upsert
     from ingest.sink.storage import TableLocation
+    from ingest.sink.table_config import TableConfig
     from ingest.sink.txn import app_id
 
 # (``land``, the function, is ``ingest.sink.land.land``: the package's ``land`` is the module.)
@@ -45,7 +45,7 @@ _EXPORTS = {
     "Partition": "ingest.protocol.partition",
     "Source": "ingest.sink.files",
     "StaleBatchError": "ingest.sink.delta",
-    "TableConfig": "ingest.sink.config",
+    "TableConfig": "ingest.sink.table_config",
     "TableLocation": "ingest.sink.storage",
     "app_id": "ingest.sink.txn",
     "upsert": "ingest.sink.merge",

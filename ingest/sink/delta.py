@@ -50,15 +50,15 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 from ingest.errors import SinkError
 from ingest.faults import fault_point
 from ingest.protocol.partition import Partition
-from ingest.sink import rewrite
-from ingest.sink.files import DataFile
-from ingest.sink.schema import (
+from ingest.sink.evolution import (
     column_mapping,
     evolve,
     nullable_schema,
     schema_changes,
     widening,
 )
+from ingest.sink.files import DataFile
+from ingest.sink.maintenance import rewrite
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import REWRITE_GUARD, advances, newer_txns, or_minus_one
 

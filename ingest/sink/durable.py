@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ingest.protocol.partition import Partition
-from ingest.sink.config import Router, TableConfig
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.storage import TableLocation
+from ingest.sink.table_config import Router, TableConfig
 from ingest.sink.txn import app_id
 
 __all__ = ["lowest_durable", "start_offset", "txn_versions"]

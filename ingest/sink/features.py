@@ -26,7 +26,7 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
 marks unsupported for ``use`` (``append``, ``upsert``, or ``rewrite``: compaction and
 ``replay --overwrite``, which rewrite files with pyarrow), or one
 ingest does not know, with ``UnsupportedTableFeature`` naming each feature and why.
-It is called where a run, a replay or an upkeep pass opens its tables, and again
+It is called where a run, a replay or an maintenance pass opens its tables, and again
 for each batch on the snapshot it plans on (a feature turned on mid-run stops the
 run before the batch writes anything). docs/delta-compat.md lists the rules and
 their tests.

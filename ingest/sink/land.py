@@ -63,7 +63,6 @@ from ingest.errors import ConfigError, SinkError
 from ingest.faults import fault_point
 from ingest.handoff import CorruptRangeReported, SegmentSealed
 from ingest.protocol.partition import Partition
-from ingest.sink.config import DELETE_COLUMN, TableConfig
 from ingest.sink.deadletter import (
     DEAD_LETTER_SCHEMA,
     STAGE_DECODE,
@@ -78,6 +77,7 @@ from ingest.sink.features import check_table
 from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.merge import upsert, upsert_source
 from ingest.sink.storage import TableLocation
+from ingest.sink.table_config import DELETE_COLUMN, TableConfig
 from ingest.sink.txn import app_id, or_minus_one
 
 __all__ = [

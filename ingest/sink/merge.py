@@ -45,11 +45,11 @@ import pyarrow.compute as pc
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import ConfigError, SinkError
-from ingest.sink.config import DELETE_COLUMN
 from ingest.sink.delta import CommitOutcome, DeltaTarget, commit_properties
+from ingest.sink.evolution import evolve, nullable_schema
 from ingest.sink.files import DataFile
-from ingest.sink.schema import evolve, nullable_schema
 from ingest.sink.storage import TableLocation
+from ingest.sink.table_config import DELETE_COLUMN
 from ingest.sink.txn import newer_txns
 
 __all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert", "upsert_source"]

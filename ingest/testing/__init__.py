@@ -15,6 +15,9 @@ Users can run their own pipelines against the same servers::
         records = read_topic(broker.bootstrap, "events")
 """
 
+from ingest.embedded.probe import api_versions_answered
+from ingest.embedded.seaweedfs import S3Server
+from ingest.embedded.tansu import TansuBroker, tansu_binary
 from ingest.testing.apache_kafka import KAFKA_VERSION, KafkaCluster, message_definition
 from ingest.testing.debian import debian_tool
 from ingest.testing.kafka import (
@@ -31,11 +34,8 @@ from ingest.testing.kafka import (
     unique_name,
 )
 from ingest.testing.netns import Host, HostNetwork
-from ingest.testing.probe import api_versions_answered
 from ingest.testing.registry import SchemaRegistry
-from ingest.testing.s3 import S3Server
 from ingest.testing.spark_cluster import SparkCluster
-from ingest.testing.tansu import TansuBroker, tansu_binary
 from ingest.testing.verify import Verdict, verify_exact
 from ingest.testing.verify_upsert import Change, verify_upsert
 

@@ -39,8 +39,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ingest.embedded.managed import wait_until
 from ingest.errors import HarnessError
-from ingest.testing._process import wait_until
 from ingest.testing.kafka_node import (
     _LOG4J2,
     DEFAULT_USERS,

@@ -16,10 +16,10 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ingest.embedded.managed import ManagedProcess, free_port, wait_until
+from ingest.embedded.probe import api_versions_answered
 from ingest.errors import DependencyError, HarnessError
 from ingest.jars import resolve
-from ingest.testing._process import ManagedProcess, free_port, wait_until
-from ingest.testing.probe import api_versions_answered
 
 if TYPE_CHECKING:
     from ingest.testing.apache_kafka import KafkaCluster

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
+from ingest.embedded.managed import live_processes, stop_all
+from ingest.embedded.seaweedfs import S3Server
+from ingest.embedded.tansu import TansuBroker
 from ingest.errors import DependencyError
-from ingest.testing._process import live_processes, stop_all
 from ingest.testing.apache_kafka import KafkaCluster
 from ingest.testing.debian import debian_tool
 from ingest.testing.kafka import unique_name
 from ingest.testing.netns import HostNetwork, unavailable
 from ingest.testing.registry import SchemaRegistry, registry_java
-from ingest.testing.s3 import S3Server
 from ingest.testing.spark_cluster import SparkCluster
-from ingest.testing.tansu import TansuBroker
 
 _SERVERS_KEY = pytest.StashKey[list[Any]]()
 
@@ -167,7 +167,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print(f"\ningest.testing: stopped servers left running by tests: {names}")
     pid_file = os.environ.get("INGEST_TESTING_PID_FILE")
     if pid_file:
-        from ingest.testing._process import STARTED_PIDS
+        from ingest.embedded.managed import STARTED_PIDS
 
         with open(pid_file, "w") as out:
             out.write("\n".join(str(pid) for pid in STARTED_PIDS))

@@ -39,9 +39,9 @@ import urllib.request
 from functools import cache
 from pathlib import Path
 
+from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port
 from ingest.errors import DependencyError, HarnessError
 from ingest.jars import cache_root, locked, resolve
-from ingest.testing._process import ManagedProcess, ProcessServer, free_port
 
 __all__ = [
     "APICURIO_ARTIFACT",

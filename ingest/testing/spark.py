@@ -36,7 +36,7 @@ def local_spark_session(
         # Spark 4 writes INT96 timestamps by default; Delta readers want micros.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.driver.memory", "1g")
-        # As in production (ingest.engines.spark.session): see ingest/engines/spark/python_worker/daemon.py.
+        # As in production (ingest.engines.spark.spark_session): see ingest/engines/spark/python_worker/daemon.py.
         .config("spark.python.daemon.module", "ingest.engines.spark.python_worker.daemon")
     )
     for key, value in {**session_settings(), **(extra_conf or {})}.items():

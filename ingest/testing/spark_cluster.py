@@ -46,8 +46,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from ingest.embedded.managed import ManagedProcess, free_port, wait_until
 from ingest.errors import HarnessError
-from ingest.testing._process import ManagedProcess, free_port, wait_until
 
 if TYPE_CHECKING:
     from ingest.testing.netns import Host

@@ -17,9 +17,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port, wait_until
+from ingest.embedded.tansu import TansuBroker
 from ingest.errors import HarnessError
-from ingest.testing._process import ManagedProcess, ProcessServer, free_port, wait_until
-from ingest.testing.tansu import TansuBroker
 
 __all__ = [
     "AdvertisedBroker",

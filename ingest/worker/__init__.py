@@ -8,9 +8,10 @@ it into a ``SegmentWriter`` under controls and backpressure, ``process.py`` runs
 that in a spawned process and gives the parent a ``WorkerHandle``.
 """
 
+from ingest.worker.fetch_session import FetchSession
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.loop import ControlInbox, PartitionWorker
-from ingest.worker.messages import (
+from ingest.worker.parent_messages import (
     BackpressureChanged,
     Control,
     CorruptRangeReported,
@@ -29,7 +30,6 @@ from ingest.worker.messages import (
 )
 from ingest.worker.process import WorkerHandle
 from ingest.worker.results import CorruptRange, FetchResult, OffsetReset, UnreadableCorruption
-from ingest.worker.session import FetchSession
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition, WorkerSettings
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The fetch loop of one partition: Fetch requests, decoding, recovery.
 
 ``PartitionFetcher.poll()`` sends a Fetch to the partition's leader, decodes
-the answer into one Arrow RecordBatch (``ingest.protocol.records``) and moves
+the answer into one Arrow RecordBatch (``ingest.protocol.recordbatch.records``) and moves
 its position past it. With ``prefetch`` it sends the next Fetch before
 returning, so the broker works on it while the caller writes the batch out;
 only one Fetch is ever in flight, and the position only moves when an answer
@@ -35,7 +35,7 @@ import pyarrow as pa
 from ingest.client.backoff import Backoff
 from ingest.client.cluster import Cluster
 from ingest.client.connection import BrokerConnection, InFlight, expect_response
-from ingest.client.metadata import LEADER_ERRORS
+from ingest.client.metadata_cache import LEADER_ERRORS
 from ingest.errors import (
     BrokerError,
     BrokerFaultError,
@@ -47,10 +47,10 @@ from ingest.errors import (
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import FetchResponse, PartitionData
 from ingest.protocol.partition import Partition
-from ingest.protocol.records import DecodedRecords, decode_records
+from ingest.protocol.recordbatch.records import DecodedRecords, decode_records
+from ingest.worker.fetch_session import SESSION_ERRORS, FetchSession, fetch_request, partition_data
 from ingest.worker.positions import PastLogEndWatch, PositionResolver
 from ingest.worker.results import CorruptRange, FetchResult, OffsetReset, corrupt_ranges
-from ingest.worker.session import SESSION_ERRORS, FetchSession, fetch_request, partition_data
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition
 from ingest.worker.window import cut_at_end, cut_at_timestamp, skip_before_timestamp
 

@@ -37,10 +37,10 @@ from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
 from ingest.handoff.segment import SegmentWriter
 from ingest.handoff.space import free_bytes
 from ingest.handoff.store import HandoffFull, HandoffSpaceExhausted
-from ingest.protocol.records import OFFSET_COLUMN, int64_values
+from ingest.protocol.recordbatch.records import OFFSET_COLUMN, int64_values
 from ingest.worker.epochs import EpochTrack
 from ingest.worker.fetcher import PartitionFetcher
-from ingest.worker.messages import (
+from ingest.worker.parent_messages import (
     BackpressureChanged,
     Control,
     Event,

@@ -32,7 +32,7 @@ from ingest.errors import BrokerError, ProtocolError
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchResponse
 from ingest.protocol.partition import Partition
-from ingest.worker.session import FINAL_EPOCH, fetch_request, partition_data
+from ingest.worker.fetch_session import FINAL_EPOCH, fetch_request, partition_data
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition
 from ingest.worker.truncation import validate_position
 

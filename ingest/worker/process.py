@@ -41,10 +41,10 @@ from ingest.handoff.segment import SegmentWriter
 from ingest.handoff.store import HandoffStore
 from ingest.logs import configure_logging
 from ingest.processes import fork_context
-from ingest.protocol import _records
+from ingest.protocol.recordbatch import _records
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.loop import ControlInbox, PartitionWorker
-from ingest.worker.messages import (
+from ingest.worker.parent_messages import (
     Control,
     Event,
     Pause,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ingest.errors import CorruptBatchError
-from ingest.protocol.records import DecodedRecords
+from ingest.protocol.recordbatch.records import DecodedRecords
 
 __all__ = ["CorruptRange", "FetchResult", "OffsetReset", "UnreadableCorruption", "corrupt_ranges"]
 

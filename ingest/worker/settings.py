@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ingest.client.config import ClientConfig
+from ingest.client.client_config import ClientConfig
 from ingest.errors import ConfigError
 from ingest.handoff.store import HandoffLocation
 

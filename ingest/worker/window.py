@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from ingest.protocol.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
+from ingest.protocol.recordbatch.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
 
 __all__ = ["Skipped", "cut_at_end", "cut_at_timestamp", "skip_before_timestamp"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.protocol.records import RECORD_SCHEMA
+from ingest.protocol.recordbatch.records import RECORD_SCHEMA
 
 
 def confluent_to_arrow(consumer: Any, topic: str, count: int) -> pa.RecordBatch:

@@ -40,7 +40,7 @@ from _peers import confluent_to_arrow
 
 from ingest.client import ClientConfig
 from ingest.handoff import HandoffConfig, HandoffStore
-from ingest.protocol.records import RECORD_SCHEMA
+from ingest.protocol.recordbatch.records import RECORD_SCHEMA
 from ingest.testing import ProducedRecord, TansuBroker, create_topic, produce, unique_name
 from ingest.worker import (
     EndPosition,

@@ -2,7 +2,7 @@
 
 Compares, for 100-byte and 1 KB values, uncompressed and with lz4 and zstd:
 
-* the vectorised decoder (``ingest.protocol.records.decode_records``), with and
+* the vectorised decoder (``ingest.protocol.recordbatch.records.decode_records``), with and
   without CRC32C checks, decode alone, one thread;
 * the pure-Python reference decoder (on a slice of the data: it is slow);
 * confluent-kafka's consumer reading the same records from a real Tansu broker
@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from _peers import confluent_to_arrow
 
-from ingest.protocol.record_builder import Record, build_batch
-from ingest.protocol.records import decode_records
-from ingest.protocol.records_reference import decode_records_reference
+from ingest.protocol.recordbatch.record_builder import Record, build_batch
+from ingest.protocol.recordbatch.records import decode_records
+from ingest.protocol.recordbatch.records_reference import decode_records_reference
 
 T0 = 1_700_000_000_000
 BATCH_BYTES = 1_000_000

@@ -26,7 +26,7 @@ PROBE = """
 import os, sys, time
 from ingest.config import SparkSection
 from ingest.spark_env import session_settings
-from ingest.engines.spark.session import ClassDataArchive, start_session
+from ingest.engines.spark.spark_session import ClassDataArchive, start_session
 from ingest.engines.spark.job import warm_up
 options, product, delta = sys.argv[1], sys.argv[2] == "product", sys.argv[3] == "on"
 conf = {"spark.driver.extraJavaOptions": options} if options else {}

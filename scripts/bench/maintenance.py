@@ -1,4 +1,4 @@
-"""Table upkeep over a simulated 2-hour continuous run: file and log counts, with and without.
+"""Table maintenance over a simulated 2-hour continuous run: file and log counts, with and without.
 
 A continuous ``ingest run`` with a 10 s trigger makes one Delta commit per batch, with
 one small Parquet file per Kafka partition. This bench makes those commits directly
@@ -7,9 +7,9 @@ what the Spark job's driver does after its tasks; no broker, no Spark: a real ru
 of 720 batches would take two hours), ``--commits`` of them, each
 ``--partitions`` files of ``--rows`` rows, into two tables:
 
-* without upkeep: delta-rs's defaults only (its post-commit checkpoint every 100
+* without maintenance: delta-rs's defaults only (its post-commit checkpoint every 100
   versions, the 30-day log retention);
-* with upkeep: ``ingest.sink.maintenance.maintain`` every ``--pass-every`` commits
+* with maintenance: ``ingest.sink.maintenance.maintain.maintain`` every ``--pass-every`` commits
   (10 s x 60 = the default 10-minute interval), with the defaults except the log
   retention, at its floor of 1 h (with the default 30 days the log keeps every
   commit of a 2-hour run).
@@ -40,7 +40,7 @@ from deltalake import DeltaTable
 
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import write_data_files
-from ingest.sink.maintenance import UpkeepSettings, log_entries, maintain
+from ingest.sink.maintenance.maintain import MaintenanceSettings, log_entries, maintain
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
 
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--pass-every", type=int, default=60)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-maintenance-"))
-    settings = UpkeepSettings(log_retention_seconds=3600)
+    settings = MaintenanceSettings(log_retention_seconds=3600)
     try:
         roots = {"without": base / "without", "with": base / "with"}
         targets = {name: DeltaTarget(TableLocation.of(str(root))) for name, root in roots.items()}
@@ -138,7 +138,7 @@ def main() -> None:
         print(
             f"{args.commits} commits x {args.partitions} files of {args.rows} rows "
             f"({args.commits * TRIGGER_S / 3600:g} h at a {TRIGGER_S:g} s trigger), "
-            f"{passes} upkeep passes (every {args.pass_every} commits), both tables "
+            f"{passes} maintenance passes (every {args.pass_every} commits), both tables "
             f"{rows_each['with']} rows"
         )
         print(f"{'':18}{'without':>10}{'with':>10}{'ratio':>10}")

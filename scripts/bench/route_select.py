@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ingest.ddl import arrow_schema
 from ingest.formats.decode import decode, table_spec
 from ingest.formats.routes import selected
-from ingest.sink.config import Condition, RowSelect, TableConfig
 from ingest.sink.deadletter import HEADERS_TYPE
+from ingest.sink.table_config import Condition, RowSelect, TableConfig
 
 WINDOW = 65_536
 KINDS = ("view", "click", "order", "refund")

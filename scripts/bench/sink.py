@@ -33,9 +33,9 @@ from ingest.engines.spark.job import Batch, _batch_view, _register, run_batch
 from ingest.engines.spark.python_worker.segment_source import ReadPlan, SegmentTask
 from ingest.formats.decode import DecodeSpec, spark_records
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentSealed, SegmentWriter
-from ingest.protocol.records import RECORD_SCHEMA
-from ingest.sink.config import TableConfig
+from ingest.protocol.recordbatch.records import RECORD_SCHEMA
 from ingest.sink.storage import TableLocation
+from ingest.sink.table_config import TableConfig
 from ingest.testing.spark import local_spark_session
 
 SEGMENTS = 4

@@ -270,7 +270,7 @@ def run_spark(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from ingest.config.sections import SparkSection
-    from ingest.engines.spark.session import start_session
+    from ingest.engines.spark.spark_session import start_session
     from ingest.spark_env import session_settings
 
     began = time.perf_counter()

@@ -121,10 +121,10 @@ def _kill_leader(rng: random.Random, cluster: KafkaCluster, setup: Setup, out: O
     # coordinator would cost them, and new workers would start with fresh metadata), so
     # the running fetcher itself must find the new leader.
     led = leaders(setup)
-    keeper = coordinator(setup)
-    choices = sorted(p for p, node in led.items() if node not in (keeper, -1))
+    maintainer = coordinator(setup)
+    choices = sorted(p for p, node in led.items() if node not in (maintainer, -1))
     if not choices:
-        raise CaseFailed(f"every partition is led by the coordinator {keeper}: {led}")
+        raise CaseFailed(f"every partition is led by the coordinator {maintainer}: {led}")
     partition = rng.choice(choices)
     node_id = led[partition]
     # Longer than Kafka's broker session (broker.session.timeout.ms, 9 s by default): the
@@ -134,7 +134,7 @@ def _kill_leader(rng: random.Random, cluster: KafkaCluster, setup: Setup, out: O
     killed = time.monotonic()
     node.kill()
     out.fault += (
-        f"SIGKILL node {node_id} (leader of partition {partition}; coordinator {keeper}) "
+        f"SIGKILL node {node_id} (leader of partition {partition}; coordinator {maintainer}) "
         f"for {down}s"
     )
     moved = None

@@ -223,15 +223,15 @@ def coordinator_kill_rebalance(env: ChaosEnv, seed: int) -> Outcome:
         if not wait_moment(timed, when):
             raise CaseFailed(f"the run ended before the fault moment {when}")
         outcome.fault += f" at {when[0]} #{when[1]} +{when[2]}s: "
-        keeper = the_coordinator(setup)
-        node = cluster.node(keeper)
+        maintainer = the_coordinator(setup)
+        node = cluster.node(maintainer)
         log = NodeLog(node)
         if trigger == "joins":
             runs.append(Run(["run", "-c", str(setup.path)], setup.work / "run-2.log"))
         else:
             runs[1].process.send_signal(signal.SIGTERM)
         old = kill_mid_rebalance(node, log, setup.group, timeout=90)
-        _judge_rebalance_kill(log.text(), setup.group, old, keeper, outcome)
+        _judge_rebalance_kill(log.text(), setup.group, old, maintainer, outcome)
         stay_down(node, setup, down, outcome)
         _after_fault(setup, rng, producer)
         land_then_stop(runs, setup, outcome)
@@ -261,7 +261,9 @@ def _wait_owns_some(run: Run, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def _judge_rebalance_kill(text: str, group: str, old: int, keeper: int, outcome: Outcome) -> None:
+def _judge_rebalance_kill(
+    text: str, group: str, old: int, maintainer: int, outcome: Outcome
+) -> None:
     """From the dead coordinator's whole log: was the rebalance really open at the kill?"""
     new = old + 1
     if _assigned(text, group, new):
@@ -274,7 +276,7 @@ def _judge_rebalance_kill(text: str, group: str, old: int, keeper: int, outcome:
         stage = "CompletingRebalance: JoinGroups answered, SyncGroup open"
     else:
         stage = "PreparingRebalance: the join phase open"
-    outcome.fault += f"SIGKILL coordinator {keeper} in generation {old} -> {new} ({stage})"
+    outcome.fault += f"SIGKILL coordinator {maintainer} in generation {old} -> {new} ({stage})"
 
 
 def coordinator_kill_commit(env: ChaosEnv, seed: int) -> Outcome:
@@ -311,12 +313,12 @@ def coordinator_kill_commit(env: ChaosEnv, seed: int) -> Outcome:
         producer = Producer(setup, 500, retries=1_000_000, message_timeout_ms=120_000)
         held = _wait_held(run, nth, 120)
         producer.stop(timeout=0)  # no more rounds; the one under way ends by itself
-        keeper = the_coordinator(setup)
-        node = cluster.node(keeper)
+        maintainer = the_coordinator(setup)
+        node = cluster.node(maintainer)
         time.sleep(max(0.0, held + delay - time.monotonic()))  # a drawn moment of the hold
         node.kill()
         into = time.monotonic() - held
-        outcome.fault += f"SIGKILL coordinator {keeper} {into:.2f}s into the hold, down {down}s"
+        outcome.fault += f"SIGKILL coordinator {maintainer} {into:.2f}s into the hold, down {down}s"
         if into > hold - 0.15:
             outcome.problems.append(f"the kill came {into:.2f}s into a {hold}s hold: maybe after")
         _check_table_ahead(setup, run, outcome)

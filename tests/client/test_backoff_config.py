@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from ingest.client import Backoff, ClientConfig, SaslConfig, Secret, TlsConfig
-from ingest.client.config import parse_address, parse_bootstrap
+from ingest.client.client_config import parse_address, parse_bootstrap
 from ingest.errors import ConfigError
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ingest.client import BrokerConnection, ClientConfig, Cluster, SaslConfig, Secret
-from ingest.client.offsets import READ_COMMITTED
+from ingest.client.offset_lookup import READ_COMMITTED
 from ingest.errors import BrokerError, KafkaConnectionError
 from ingest.protocol.codec import API_NAMES, SUPPORTED_VERSIONS
 from ingest.protocol.messages import (
@@ -38,7 +38,7 @@ from ingest.protocol.messages import (
 )
 from ingest.protocol.partition import Partition
 from ingest.protocol.primitives import ZERO_UUID
-from ingest.protocol.records import decode_records
+from ingest.protocol.recordbatch.records import decode_records
 from ingest.testing import (
     KafkaCluster,
     ProducedRecord,

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import uuid
 
-from ingest.client.metadata import BrokerInfo, ClusterView, MetadataCache, PartitionInfo, TopicInfo
+from ingest.client.metadata_cache import (
+    BrokerInfo,
+    ClusterView,
+    MetadataCache,
+    PartitionInfo,
+    TopicInfo,
+)
 
 TOPIC_ID = uuid.UUID(int=7)
 

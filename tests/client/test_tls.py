@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from ingest.client import BrokerConnection, ClientConfig, Cluster, Partition, TlsConfig
+from ingest.embedded.managed import free_port
 from ingest.errors import KafkaConnectionError
 from ingest.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ingest.testing import ProducedRecord, produce
-from ingest.testing._process import free_port
 from ingest.testing.tls import (
     AdvertisedBroker,
     CertificateAuthority,

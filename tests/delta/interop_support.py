@@ -17,7 +17,7 @@ import pyarrow as pa
 from deltalake import Schema
 
 from ingest.formats.decode import DecodeSpec
-from ingest.sink.schema import nullable_schema
+from ingest.sink.evolution import nullable_schema
 from ingest.supervisor.engine.source import RunOutcome
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import ProducedRecord
@@ -106,7 +106,7 @@ def run(
     mode: str = "append",
     sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunOutcome:
-    """``ingest run --until-end`` on the session's Spark; upkeep off unless ``sections``
+    """``ingest run --until-end`` on the session's Spark; maintenance off unless ``sections``
     turn it on (compaction is a use of its own, see ``ingest.sink.features``)."""
     table_section: dict[str, Any] = {"mode": mode}
     if mode == "upsert":

@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.sink.features import UnsupportedTableFeature
-from ingest.supervisor.engine.upkeep import check_tables
+from ingest.supervisor.engine.maintainer import check_tables
 from ingest.testing import KafkaCluster, create_topic, produce, unique_name
 from tests.delta.interop_support import (
     COUNT,

@@ -12,9 +12,9 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
+from ingest.embedded.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY
 from ingest.handoff import HandoffConfig, HandoffError, HandoffStore, SegmentWriter, read_segment
 from ingest.testing import KafkaCluster, S3Server, create_topic, produce, read_topic, unique_name
-from ingest.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY
 from ingest.worker import EndPosition
 from tests.handoff.test_store import records
 from tests.worker.support import (

@@ -19,7 +19,7 @@ from ingest.handoff.space import (
     plan_space,
 )
 from ingest.handoff.store import HandoffFull
-from ingest.protocol.records import RECORD_SCHEMA
+from ingest.protocol.recordbatch.records import RECORD_SCHEMA
 from ingest.testing.tmpfs import fill, mount_refusal, small_tmpfs
 
 MIB = 1024 * 1024

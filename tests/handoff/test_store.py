@@ -14,8 +14,8 @@ import pytest
 
 from ingest.errors import ConfigError
 from ingest.handoff import HandoffConfig, HandoffError, HandoffStore, SegmentWriter
-from ingest.protocol.record_builder import Record, build_batch
-from ingest.protocol.records import RECORD_SCHEMA, decode_records
+from ingest.protocol.recordbatch.record_builder import Record, build_batch
+from ingest.protocol.recordbatch.records import RECORD_SCHEMA, decode_records
 
 
 def records(first: int, count: int, *, timestamp: int = 5_000, size: int = 100) -> pa.RecordBatch:

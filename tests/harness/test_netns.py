@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
+from ingest.embedded.seaweedfs import S3Server
 from ingest.testing.netns import HostNetwork, remove_stale, unavailable
-from ingest.testing.s3 import S3Server
 
 REASON = unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no namespace hosts: {REASON}")

@@ -16,23 +16,23 @@ import pyarrow as pa
 import pytest
 
 from ingest.errors import DecodeError
-from ingest.protocol import _records
-from ingest.protocol.compression import XERIAL_MAGIC, Codec, compress, decompress
-from ingest.protocol.record_builder import (
+from ingest.protocol.recordbatch import _records
+from ingest.protocol.recordbatch.compression import XERIAL_MAGIC, Codec, compress, decompress
+from ingest.protocol.recordbatch.record_builder import (
     Record,
     build_batch,
     control_batch,
     encode_record,
     legacy_message,
 )
-from ingest.protocol.records import (
+from ingest.protocol.recordbatch.records import (
     RECORD_SCHEMA,
     DecodedRecords,
     crc32c,
     decode_records,
 )
-from ingest.protocol.records_reference import crc32c_python, decode_records_reference
-from ingest.protocol.transactions import UnlistedAbort
+from ingest.protocol.recordbatch.records_reference import crc32c_python, decode_records_reference
+from ingest.protocol.recordbatch.transactions import UnlistedAbort
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 T0 = 1_700_000_000_000
@@ -805,8 +805,8 @@ def test_decoding_a_batch_does_not_import_pandas() -> None:
     # process used to pay that on its first batch.
     code = (
         "import sys\n"
-        "from ingest.protocol.record_builder import Record, build_batch\n"
-        "from ingest.protocol.records import decode_records\n"
+        "from ingest.protocol.recordbatch.record_builder import Record, build_batch\n"
+        "from ingest.protocol.recordbatch.records import decode_records\n"
         "import ingest.worker.process\n"
         "data = build_batch([Record(b'v', key=b'k', headers=(('h', b'x'),))], base_offset=5)\n"
         "decoded = decode_records(data, topic='t', partition=0)\n"

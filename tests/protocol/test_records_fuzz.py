@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest.errors import DecodeError
-from ingest.protocol.record_builder import Record, build_batch, control_batch
-from ingest.protocol.records import DecodedRecords, crc32c
+from ingest.protocol.recordbatch.record_builder import Record, build_batch, control_batch
+from ingest.protocol.recordbatch.records import DecodedRecords, crc32c
 from tests.protocol.test_records import T0, actual_rows, decode_both, expected_rows
 
 FUZZ = settings(

@@ -20,7 +20,7 @@ from ingest.protocol.messages.fetch import (
     FetchResponse,
     FetchTopic,
 )
-from ingest.protocol.records import (
+from ingest.protocol.recordbatch.records import (
     CONTROL_ABORT,
     DecodedRecords,
     control_marker,

@@ -28,7 +28,7 @@ from ingest.client import Cluster
 from ingest.config import IngestConfig, load_config
 from ingest.group import Partition
 from ingest.membership.committed import as_offsets, committed_offsets
-from ingest.supervisor.settings import client_config, fetch_settings
+from ingest.supervisor.wiring import client_config, fetch_settings
 from ingest.testing import ProducedRecord
 from ingest.testing.configs import write_toml
 from ingest.worker.ends import end_offsets

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from ingest.protocol.record_builder import Record, build_batch
+from ingest.protocol.recordbatch.record_builder import Record, build_batch
 from ingest.sink.deadletter import STAGE_CORRUPT, STAGE_DECODE
 from ingest.supervisor.modes.replay import Position, replay_run
 from ingest.supervisor.output.progress import Progress

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ingest.config import SparkSection
-from ingest.engines.spark.session import (
+from ingest.engines.spark.spark_session import (
     LIGHT_JIT,
     STALE_RECORDING_SECONDS,
     UNUSED_ARCHIVE_DAYS,
@@ -92,7 +92,7 @@ PROBE = """
 import json, sys
 from pyspark import SparkContext
 from ingest.config import SparkSection
-from ingest.engines.spark.session import SparkEngine
+from ingest.engines.spark.spark_session import SparkEngine
 
 provider = SparkEngine(SparkSection(master="local[1]", class_data_sharing=sys.argv[1] == "on"))
 session = provider.get()

@@ -17,7 +17,7 @@ from ingest.config import SparkSection
 from ingest.engines.landing import choose_engine
 from ingest.engines.local.local_engine import LocalEngine, local_cores
 from ingest.errors import ConfigError
-from ingest.sink.config import TableConfig
+from ingest.sink.table_config import TableConfig
 from ingest.supervisor.modes.group_run import group_run
 from ingest.supervisor.output.metrics import Metrics
 from ingest.testing import (

@@ -15,10 +15,10 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.errors import ConfigError, SinkError
-from ingest.sink.config import TableConfig
 from ingest.sink.delta import DeltaTarget, StaleBatchError
 from ingest.sink.files import DataFile, delta_stats, write_data_files
 from ingest.sink.storage import TableLocation, normalize_uri
+from ingest.sink.table_config import TableConfig
 from ingest.sink.txn import app_id
 from tests.sink import committer
 

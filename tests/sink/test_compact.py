@@ -1,4 +1,4 @@
-"""Compaction (``ingest.sink.compact``) beside the sink's other commits: no Spark, real
+"""Compaction (``ingest.sink.maintenance.compact``) beside the sink's other commits: no Spark, real
 delta-rs tables on local disk, data files written as ingest's job writes them."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.protocol.partition import Partition
-from ingest.sink import rewrite
-from ingest.sink.compact import compact
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import write_data_files
+from ingest.sink.maintenance import rewrite
+from ingest.sink.maintenance.compact import compact
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import REWRITE_GUARD, app_id
 from tests.sink import committer
@@ -209,15 +209,15 @@ def test_compaction_beside_appends_changes_nothing(tmp_path: Path) -> None:
         while not stop.is_set():
             passes.append(compact(target.location, target_size=MiB).files_removed)
 
-    keeper = threading.Thread(target=keep)
-    keeper.start()
+    maintainer = threading.Thread(target=keep)
+    maintainer.start()
     try:
         for start in range(300, 900, 20):
             for partition in (0, 1):
                 append(target, apps, partition, start, 20, f"p{partition}-{start}")
     finally:
         stop.set()
-        keeper.join()
+        maintainer.join()
     assert sum(1 for removed in passes if removed) >= 3, passes
     table = DeltaTable(target.uri)
     assert offsets(table, 0) == list(range(900)) and offsets(table, 1) == list(range(900))

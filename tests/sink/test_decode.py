@@ -15,7 +15,7 @@ from ingest.errors import ConfigError
 from ingest.formats import decode as decode_module
 from ingest.formats.decode import DecodeSpec, decode, drop_through, spark_records
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter
-from ingest.protocol.records import RECORD_SCHEMA
+from ingest.protocol.recordbatch.records import RECORD_SCHEMA
 from ingest.sink.deadletter import DEAD_LETTER_SCHEMA, STAGE_DECODE
 
 JSON_SCHEMA = pa.schema(

@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from ingest.engines.spark.job import Batch, BatchResult, run_batch
 from ingest.errors import ConfigError
 from ingest.handoff import HandoffConfig, HandoffStore
-from ingest.sink.config import TableConfig
+from ingest.sink.table_config import TableConfig
 from ingest.testing import (
     Change,
     ConsumedRecord,

@@ -16,9 +16,9 @@ from deltalake import DeltaTable
 from ingest.engines.spark.job import Batch, run_batch
 from ingest.errors import SinkError
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter
-from ingest.sink.config import TableConfig
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.storage import TableLocation
+from ingest.sink.table_config import TableConfig
 from ingest.sink.txn import app_id
 from ingest.testing import ConsumedRecord, KafkaCluster, S3Server, create_topic, produce, read_topic
 from ingest.testing import unique_name as unique

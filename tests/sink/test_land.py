@@ -20,13 +20,13 @@ from ingest.engines.spark.python_worker.segment_source import ReadPlan, read_tas
 from ingest.engines.tasks import group_segments
 from ingest.formats.decode import DecodeSpec, spark_records
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentSealed, SegmentWriter
-from ingest.protocol.records import RECORD_SCHEMA
-from ingest.sink.config import TableConfig
+from ingest.protocol.recordbatch.records import RECORD_SCHEMA
 from ingest.sink.deadletter import STAGE_TRANSFORM, Rejected, dead_letters
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.land import Batch, WriteRequest, WrittenFiles, land
 from ingest.sink.storage import TableLocation
+from ingest.sink.table_config import TableConfig
 from ingest.sink.txn import app_id
 
 TOPIC = "t"

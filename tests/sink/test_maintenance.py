@@ -1,4 +1,4 @@
-"""Upkeep passes (``ingest.sink.maintenance``) on real delta-rs tables on local disk, and
+"""MaintenanceReport passes (``ingest.sink.maintenance.maintain``) on real delta-rs tables on local disk, and
 ``ingest maintain`` as a process. Ages are made with file times, never with sleeps: Delta's
 log cleanup and a full VACUUM judge files by their modification time."""
 
@@ -16,9 +16,9 @@ from deltalake import DeltaTable
 
 from ingest.errors import ConfigError
 from ingest.sink.files import write_data_files
-from ingest.sink.maintenance import (
+from ingest.sink.maintenance.maintain import (
     TXN_RETENTION_PROPERTY,
-    UpkeepSettings,
+    MaintenanceSettings,
     check_txn_retention,
     last_checkpoint,
     log_entries,
@@ -30,7 +30,7 @@ from tests.sink import committer
 from tests.sink.test_replace import append, landed, offsets
 
 ROOT = Path(__file__).resolve().parents[2]
-ONLY_CHECKPOINTS = UpkeepSettings(compact=False, vacuum=False, checkpoint_every=5)
+ONLY_CHECKPOINTS = MaintenanceSettings(compact=False, vacuum=False, checkpoint_every=5)
 
 
 def age(paths: list[Path], seconds: float) -> None:
@@ -63,7 +63,7 @@ def test_a_checkpoint_comes_once_the_table_moved_checkpoint_every_versions(
 def test_log_retention_is_set_on_the_table_and_old_commits_go(tmp_path: Path) -> None:
     target, apps = landed(tmp_path)
     location = target.location
-    settings = UpkeepSettings(
+    settings = MaintenanceSettings(
         compact=False, vacuum=False, checkpoint_every=1, log_retention_seconds=3600
     )
     maintain(location, settings)  # sets the property (a commit) and checkpoints
@@ -94,7 +94,7 @@ def test_vacuum_deletes_old_orphans_never_a_batch_in_flight(tmp_path: Path) -> N
     in_flight = write_data_files(committer.rows(1, 300, 5), location, name="in-flight")
     age([root / orphan[0].path], 25 * 3600)
     age([root / in_flight[0].path], 23 * 3600)  # a batch's files, not committed yet
-    done = maintain(location, UpkeepSettings(compact=False, vacuum_retention_hours=24))
+    done = maintain(location, MaintenanceSettings(compact=False, vacuum_retention_hours=24))
     assert done.vacuumed == (orphan[0].path,)
     assert (root / in_flight[0].path).exists()
     # The batch in flight still commits its files, and the table reads whole.
@@ -111,9 +111,9 @@ def test_vacuum_deletes_old_orphans_never_a_batch_in_flight(tmp_path: Path) -> N
 
 def test_vacuum_below_the_floor_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"maintenance.vacuum_retention: 23h is below the floor"):
-        UpkeepSettings(vacuum_retention_hours=23)
+        MaintenanceSettings(vacuum_retention_hours=23)
     with pytest.raises(ConfigError, match=r"maintenance.log_retention: 60s is below the floor"):
-        UpkeepSettings(log_retention_seconds=60)
+        MaintenanceSettings(log_retention_seconds=60)
 
 
 def test_a_table_whose_txns_expire_is_refused(tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_a_table_whose_txns_expire_is_refused(tmp_path: Path) -> None:
     assert f"sets {TXN_RETENTION_PROPERTY} = 'interval 1 seconds'" in text
     assert "exactly-once" in text and "land its offsets twice" in text
     with pytest.raises(ConfigError):
-        maintain(target.location, UpkeepSettings())
+        maintain(target.location, MaintenanceSettings())
 
 
 def _maintain_cli(config: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -12,9 +12,9 @@ import pytest
 from ingest.config import parse_config
 from ingest.errors import ConfigError
 from ingest.formats.routes import route_values, selected
-from ingest.sink.config import Condition, Router, RowSelect, TableConfig
 from ingest.sink.deadletter import HEADERS_TYPE
-from ingest.supervisor.settings import table_router
+from ingest.sink.table_config import Condition, Router, RowSelect, TableConfig
+from ingest.supervisor.wiring import table_router
 
 Header = list[tuple[str, bytes | None]]
 

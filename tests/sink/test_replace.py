@@ -10,9 +10,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from ingest.errors import SinkError
-from ingest.sink import rewrite
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import write_data_files
+from ingest.sink.maintenance import rewrite
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
 from ingest.sink.txnlog import txn_times

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from ingest.config import parse_config
 from ingest.errors import ConfigError
 from ingest.sink.features import UnsupportedTableFeature, probe_properties
-from ingest.supervisor.engine.upkeep import check_tables
+from ingest.supervisor.engine.maintainer import check_tables
 
 
 def _config(tmp_path: Path, table: str) -> str:

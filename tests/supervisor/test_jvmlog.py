@@ -157,7 +157,7 @@ def test_a_jvm_that_does_not_start_is_an_error_that_quotes_its_output() -> None:
     script = (
         "from ingest.config import SparkSection\n"
         "from ingest.errors import SinkError\n"
-        "from ingest.engines.spark.session import start_session\n"
+        "from ingest.engines.spark.spark_session import start_session\n"
         "bad = {'spark.driver.extraJavaOptions': '-XX:MaxHeapFreeRatio=notanumber'}\n"
         "try:\n"
         "    start_session(SparkSection(master='local[1]', conf=bad))\n"

@@ -1,7 +1,7 @@
 """A scripted Kafka partition leader for fetcher tests: what Tansu cannot show us.
 
 ``ScriptedLeader`` serves one partition's log (RecordBatch v2 bytes built with
-``ingest.protocol.record_builder``) over real Kafka framing through
+``ingest.protocol.recordbatch.record_builder``) over real Kafka framing through
 ``tests.client.peer``: Metadata, ListOffsets and Fetch, with KIP-227
 incremental fetch sessions granted like Kafka's broker grants them, aborted
 transaction lists, and hooks to inject errors, drop connections, truncate
@@ -40,7 +40,7 @@ from ingest.protocol.messages import (
     MetadataResponseTopic,
     PartitionData,
 )
-from ingest.protocol.record_builder import Record, build_batch
+from ingest.protocol.recordbatch.record_builder import Record, build_batch
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.settings import EndPosition, FetchSettings, StartPosition
 from tests.client.peer import PeerConnection, ScriptedPeer, kafka_script

@@ -1,6 +1,6 @@
 """Incremental fetch sessions (KIP-227) granted by Apache Kafka, and their recovery.
 
-The fetcher's session (``ingest/worker/session.py``) is watched through its own two
+The fetcher's session (``ingest/worker/fetch_session.py``) is watched through its own two
 calls: what ``next_request`` told the fetcher to send (session id, epoch, whether the
 partition is named) and what ``on_response`` was told (error code, session id).
 The session errors are caused the way they arise between real clients: another client

@@ -15,7 +15,7 @@ import pytest
 
 from ingest.errors import BrokerError, ConfigError
 from ingest.protocol.messages import AbortedTransaction
-from ingest.protocol.record_builder import Record, build_batch, control_batch
+from ingest.protocol.recordbatch.record_builder import Record, build_batch, control_batch
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.results import FetchResult, UnreadableCorruption
 from ingest.worker.settings import EndPosition, StartPosition

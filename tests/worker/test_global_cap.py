@@ -11,7 +11,7 @@ from ingest.handoff import HandoffConfig, HandoffStore
 from ingest.handoff.messages import SegmentSealed
 from ingest.supervisor.engine.backpressure import CapDecision, GlobalBufferCap
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
-from ingest.worker.messages import WorkerFinished, WorkerStarted
+from ingest.worker.parent_messages import WorkerFinished, WorkerStarted
 from ingest.worker.settings import EndPosition
 from tests.worker.support import WatchedHandle, worker_settings
 

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentWriter
-from ingest.protocol.record_builder import build_batch
+from ingest.protocol.recordbatch.record_builder import build_batch
 from ingest.worker.loop import ControlInbox, PartitionWorker
-from ingest.worker.messages import (
+from ingest.worker.parent_messages import (
     BackpressureChanged,
     Control,
     CorruptRangeReported,

@@ -4,7 +4,7 @@ Apache Kafka answers a read_committed Fetch only up to the last stable offset an
 aborted transactions in it, so ingest sees the records of an open transaction only once it
 is decided. Tansu 0.6.0 answers them while the transaction is open and lists no abort
 (docs/kafka-compat.md); when the ABORT marker arrives after its records were handed on,
-the fetcher must stop with an error naming the broker's fault (ingest/protocol/transactions.py).
+the fetcher must stop with an error naming the broker's fault (ingest/protocol/recordbatch/transactions.py).
 """
 
 from __future__ import annotations

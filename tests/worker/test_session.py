@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.worker.session import FetchSession, next_epoch
+from ingest.worker.fetch_session import FetchSession, next_epoch
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ingest.protocol.record_builder import Record, build_batch
-from ingest.protocol.records import decode_records
+from ingest.protocol.recordbatch.record_builder import Record, build_batch
+from ingest.protocol.recordbatch.records import decode_records
 from ingest.worker.window import cut_at_end, cut_at_timestamp, skip_before_timestamp
 
 

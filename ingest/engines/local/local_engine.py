@@ -13,8 +13,8 @@ from ingest.config import SparkSection
 from ingest.engines.local.task_pool import LocalFiles, LocalTasks, local_capable, local_decode_spec
 from ingest.errors import ConfigError
 from ingest.processes import TASK_MODULES, preload_in_fork_server
-from ingest.sink.config import TableConfig
 from ingest.sink.land import Batch, BatchResult, land
+from ingest.sink.table_config import TableConfig
 
 __all__ = ["LocalEngine", "local_cores"]
 

@@ -1,7 +1,7 @@
 """Fetch (api key 1), versions 4-12.
 
 ``PartitionData.records`` is a zero-copy memoryview slice of the response
-frame: the record batches are decoded by ``ingest.protocol.records``.
+frame: the record batches are decoded by ``ingest.protocol.recordbatch.records``.
 Fields of versions 13+ (topic ids, replica state, node endpoints) are not declared.
 """
 

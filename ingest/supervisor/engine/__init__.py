@@ -32,6 +32,6 @@ Main loop, one iteration (at most ~50 ms when idle)::
     worker events -> pending segments, finished/crashed workers (restart with backoff)
     batch done?   -> durable offsets, commit, release segments
     trigger?      -> next batch (bytes / records / age / draining / buffer cap)
-    upkeep?       -> every maintenance.interval, no batch running: a pass on its thread
+    maintenance?       -> every maintenance.interval, no batch running: a pass on its thread
     stop?         -> workers seal and stop, the final batch, commit, leave
 """

@@ -19,9 +19,9 @@ from ingest.faults import fault_point
 from ingest.group import Partition
 from ingest.handoff import HandoffStore
 from ingest.logs import event
-from ingest.sink.config import Router, TableConfig
 from ingest.sink.durable import lowest_durable
 from ingest.sink.land import BatchResult
+from ingest.sink.table_config import Router, TableConfig
 from ingest.supervisor.engine.backpressure import GlobalBufferCap
 from ingest.supervisor.engine.batches import BatchThread, Selection, select
 from ingest.supervisor.engine.partitions import PartitionState

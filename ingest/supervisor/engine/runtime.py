@@ -22,17 +22,17 @@ from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.backpressure import GlobalBufferCap
 from ingest.supervisor.engine.batcher import Batcher, owner_of
 from ingest.supervisor.engine.batches import BatchThread, Item, item_next_offset
+from ingest.supervisor.engine.handoff_space import HandoffSpace
 from ingest.supervisor.engine.intake import Intake
+from ingest.supervisor.engine.maintainer import TableMaintainer, check_tables
 from ingest.supervisor.engine.partitions import Change, PartitionState
 from ingest.supervisor.engine.pool import WorkerPool
 from ingest.supervisor.engine.retries import classify
 from ingest.supervisor.engine.source import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, RunOutcome, Source
-from ingest.supervisor.engine.space import HandoffSpace
-from ingest.supervisor.engine.upkeep import TableKeeper, check_tables
 from ingest.supervisor.engine.wakeup import Wakeup
 from ingest.supervisor.output.metrics import Metrics, MetricsServer
 from ingest.supervisor.output.status import collect_lag
-from ingest.supervisor.settings import (
+from ingest.supervisor.wiring import (
     client_config,
     fetch_settings,
     handoff_config,
@@ -68,11 +68,11 @@ class Engine:
         *,
         spark: Any | None = None,
         metrics: Metrics | None = None,
-        upkeep: bool = False,
+        maintenance: bool = False,
     ) -> None:
         self.config = config
-        # Table upkeep between batches (``ingest run``; ``upkeep.py``).
-        self.keeper = TableKeeper(config) if upkeep else None
+        # Table maintenance between batches (``ingest run``; ``maintenance.py``).
+        self.maintainer = TableMaintainer(config) if maintenance else None
         self.client = client_config(config)
         self.router = table_router(
             config,
@@ -228,16 +228,16 @@ class Engine:
         self.source.after_step()
         if self.batcher.due(self.states, draining=self.source.draining()):
             self.batcher.start(self.states, overwrite=self.source.overwrite)
-        if self.keeper is not None and not self.stopping:
-            self.keeper.step(batch_running=self.batch is not None)
+        if self.maintainer is not None and not self.stopping:
+            self.maintainer.step(batch_running=self.batch is not None)
         self._publish_status()
 
     def _new_table(self, topic: str) -> None:
         """A ``{topic}`` table about to take its first batch of this run: refused as at
-        the start when it cannot be written (exit 2), then kept by upkeep."""
+        the start when it cannot be written (exit 2), then kept by maintenance."""
         check_tables(self.config, topics=[topic])
-        if self.keeper is not None:
-            self.keeper.topics.add(topic)
+        if self.maintainer is not None:
+            self.maintainer.topics.add(topic)
 
     def _failed(self) -> dict[Partition, str]:
         return {p: s.failed for p, s in self.states.items() if s.failed}
@@ -263,8 +263,8 @@ class Engine:
             self.cluster.close()
         if self._metrics_server is not None:
             self._metrics_server.close()
-        if self.keeper is not None:
-            self.keeper.close()
+        if self.maintainer is not None:
+            self.maintainer.close()
         if not running:
             self.store.close()
             self.lander.stop()

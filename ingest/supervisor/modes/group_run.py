@@ -48,7 +48,7 @@ from ingest.supervisor.engine.runtime import Engine
 from ingest.supervisor.engine.source import RunOutcome
 from ingest.supervisor.output.metrics import Metrics
 from ingest.supervisor.output.progress import Progress, range_done
-from ingest.supervisor.settings import (
+from ingest.supervisor.wiring import (
     member_config,
 )
 from ingest.worker import EndPosition, StartPosition, WorkerStarted
@@ -82,7 +82,7 @@ def group_run(
         lambda engine: GroupSource(engine, until_end=until_end, progress=progress),
         spark=spark,
         metrics=metrics,
-        upkeep=config.maintenance.enabled,
+        maintenance=config.maintenance.enabled,
     )
 
 

@@ -38,7 +38,7 @@ from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
 from ingest.sink.txnlog import txn_times
 from ingest.supervisor.output.metrics import Metrics
-from ingest.supervisor.settings import client_config, fetch_settings, table_router
+from ingest.supervisor.wiring import client_config, fetch_settings, table_router
 from ingest.worker import FetchSettings
 from ingest.worker.ends import EndMarks, end_marks, end_offsets
 

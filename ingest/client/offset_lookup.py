@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ingest.client.connection import BrokerConnection, InFlight, expect_response
-from ingest.client.metadata import named
+from ingest.client.metadata_cache import named
 from ingest.errors import BrokerError, ProtocolError
 from ingest.protocol.error_codes import error_for
 from ingest.protocol.messages import (

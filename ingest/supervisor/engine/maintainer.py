@@ -1,13 +1,13 @@
-"""Table upkeep in a continuous run, and on demand (``ingest maintain``).
+"""Table maintenance in a continuous run, and on demand (``ingest maintain``).
 
-``TableKeeper`` belongs to the engine of ``ingest run``. Every ``maintenance.interval``
-the main loop starts one pass (``ingest.sink.maintenance.maintain``) over the table
+``TableMaintainer`` belongs to the engine of ``ingest run``. Every ``maintenance.interval``
+the main loop starts one pass (``ingest.sink.maintenance.maintain.maintain``) over the table
 and its dead-letter table, on a thread of its own, when no batch is running; it
 never waits for it. Why a thread: a compaction reads and rewrites up to
 ``target_file_size`` per bin and can take minutes on a big table, while the loop
 must keep pumping workers, releasing segments and answering revocations within
 the rebalance timeout. A batch may start while a pass runs: appends never
-conflict with a compaction (``ingest/sink/compact.py``), so neither waits for the
+conflict with a compaction (``ingest/sink/maintenance/compact.py``), so neither waits for the
 other beyond delta-rs's rebase of one commit. A pass that fails is logged and the
 next one comes an interval later; a table that sets
 ``delta.setTransactionRetentionDuration`` stops the run (exit 2), as at start.
@@ -29,13 +29,18 @@ from deltalake import DeltaTable
 from ingest.config import IngestConfig
 from ingest.errors import ConfigError, IngestError
 from ingest.logs import event
-from ingest.sink.config import TableConfig, WriteMode
 from ingest.sink.features import check_table, probe_properties
-from ingest.sink.maintenance import Upkeep, check_txn_retention, load_table, maintain
+from ingest.sink.maintenance.maintain import (
+    MaintenanceReport,
+    check_txn_retention,
+    load_table,
+    maintain,
+)
 from ingest.sink.storage import TableLocation
-from ingest.supervisor.settings import table_router, upkeep_settings
+from ingest.sink.table_config import TableConfig, WriteMode
+from ingest.supervisor.wiring import maintenance_settings, table_router
 
-__all__ = ["TableKeeper", "check_tables", "maintain_tables", "upkeep_fields"]
+__all__ = ["TableMaintainer", "check_tables", "maintain_tables", "maintenance_fields"]
 
 log = logging.getLogger("ingest.supervisor")
 
@@ -76,10 +81,10 @@ def _configured(
 def check_tables(config: IngestConfig, *, writing: bool = True, topics: Iterable[str] = ()) -> None:
     """Refuses a target table (or dead-letter table) whose txn entries expire, or one
     using a Delta feature ingest cannot honour (``ingest.sink.features``): for the
-    writes of the table's mode (``writing``), and for compaction when upkeep compacts.
+    writes of the table's mode (``writing``), and for compaction when maintenance compacts.
     A table not created yet is checked as its ``table.properties`` would make it."""
-    upkeep = config.maintenance
-    compacting = upkeep.compact and (upkeep.enabled or not writing)
+    maintenance = config.maintenance
+    compacting = maintenance.compact and (maintenance.enabled or not writing)
     for location, use, target in _configured(config, topics):
         table = load_table(location)
         if table is None and target is not None and target.properties:
@@ -100,32 +105,32 @@ def _check_uses(
         check_table(uri, table, "rewrite")
 
 
-def maintain_tables(config: IngestConfig, topics: Iterable[str] = ()) -> list[Upkeep]:
-    """One upkeep pass over the table and its dead-letter table (with a ``{topic}`` uri,
+def maintain_tables(config: IngestConfig, topics: Iterable[str] = ()) -> list[MaintenanceReport]:
+    """One maintenance pass over the table and its dead-letter table (with a ``{topic}`` uri,
     those of ``topics``)."""
-    settings = upkeep_settings(config)
+    settings = maintenance_settings(config)
     check_tables(config, writing=False, topics=topics)
     return [maintain(location, settings) for location in _locations(config, topics)]
 
 
-def upkeep_fields(upkeep: Upkeep) -> dict[str, Any]:
+def maintenance_fields(maintenance: MaintenanceReport) -> dict[str, Any]:
     """A pass's outcome as log fields."""
-    compaction = upkeep.compaction
+    compaction = maintenance.compaction
     return {
-        "table": upkeep.uri,
-        "skipped": upkeep.skipped,
+        "table": maintenance.uri,
+        "skipped": maintenance.skipped,
         "compacted_files": None if compaction is None else compaction.files_removed,
         "into_files": None if compaction is None else compaction.files_added,
         "compaction_lost_race": None if compaction is None else compaction.lost_race,
-        "checkpoint": upkeep.checkpoint,
-        "log_files_deleted": upkeep.log_files_deleted,
-        "vacuumed": len(upkeep.vacuumed),
-        "seconds": upkeep.seconds,
+        "checkpoint": maintenance.checkpoint,
+        "log_files_deleted": maintenance.log_files_deleted,
+        "vacuumed": len(maintenance.vacuumed),
+        "seconds": maintenance.seconds,
     }
 
 
-class TableKeeper:
-    """The upkeep of a continuous run: one pass per interval, on its own thread."""
+class TableMaintainer:
+    """The maintenance of a continuous run: one pass per interval, on its own thread."""
 
     def __init__(self, config: IngestConfig) -> None:
         self.config = config
@@ -151,21 +156,28 @@ class TableKeeper:
             self.next_at = time.monotonic() + self.interval
             self.passes += 1
             self._thread = threading.Thread(
-                target=self._pass, name=f"upkeep-{self.passes}", daemon=True
+                target=self._pass, name=f"maintenance-{self.passes}", daemon=True
             )
             self._thread.start()
 
     def _pass(self) -> None:
         try:
-            for upkeep in maintain_tables(self.config, sorted(self.topics)):
-                event(log, "upkeep_done", number=self.passes, **upkeep_fields(upkeep))
+            for maintenance in maintain_tables(self.config, sorted(self.topics)):
+                event(
+                    log, "maintenance_done", number=self.passes, **maintenance_fields(maintenance)
+                )
         except ConfigError as exc:
             self._error = exc
         except IngestError as exc:
-            event(log, "upkeep_failed", level=logging.WARNING, error=str(exc))
+            event(log, "maintenance_failed", level=logging.WARNING, error=str(exc))
         except Exception as exc:  # delta-rs errors outside its own hierarchy
-            event(log, "upkeep_failed", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+            event(
+                log,
+                "maintenance_failed",
+                level=logging.WARNING,
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     def close(self) -> None:
         if self.running:
-            event(log, "upkeep_abandoned", level=logging.INFO, number=self.passes)
+            event(log, "maintenance_abandoned", level=logging.INFO, number=self.passes)

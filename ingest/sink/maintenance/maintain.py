@@ -1,6 +1,6 @@
-"""Table upkeep: compaction, checkpoints, log retention and VACUUM, as one pass.
+"""Table maintenance: compaction, checkpoints, log retention and VACUUM, as one pass.
 
-``maintain(location, settings) -> Upkeep`` runs, in order:
+``maintain(location, settings) -> MaintenanceReport`` runs, in order:
 
 1. ``check_txn_retention``: a table that sets ``delta.setTransactionRetentionDuration``
    is refused (``ConfigError``; also at the start of every run, replay and
@@ -49,16 +49,16 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from ingest.errors import ConfigError, SinkError
-from ingest.sink.compact import Compaction, compact
 from ingest.sink.features import check_table
+from ingest.sink.maintenance.compact import Compaction, compact
 from ingest.sink.storage import TableLocation
 
 __all__ = [
     "LOG_RETENTION_FLOOR_SECONDS",
     "TXN_RETENTION_PROPERTY",
     "VACUUM_FLOOR_HOURS",
-    "Upkeep",
-    "UpkeepSettings",
+    "MaintenanceReport",
+    "MaintenanceSettings",
     "check_txn_retention",
     "interval_seconds",
     "last_checkpoint",
@@ -89,7 +89,7 @@ _INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
-class UpkeepSettings:
+class MaintenanceSettings:
     """What a pass does (``[maintenance]`` in the config). Durations in seconds/hours."""
 
     compact: bool = True
@@ -119,7 +119,7 @@ class UpkeepSettings:
 
 
 @dataclass(frozen=True)
-class Upkeep:
+class MaintenanceReport:
     """What one pass did on one table (None where a step did not run)."""
 
     uri: str
@@ -189,7 +189,7 @@ def log_entries(location: TableLocation) -> tuple[int, int]:
     return commits, checkpoints
 
 
-def maintain(location: TableLocation, settings: UpkeepSettings) -> Upkeep:
+def maintain(location: TableLocation, settings: MaintenanceSettings) -> MaintenanceReport:
     """One pass over one table (see the module docstring)."""
     seconds: dict[str, float] = {}
     started = time.perf_counter()
@@ -202,7 +202,7 @@ def maintain(location: TableLocation, settings: UpkeepSettings) -> Upkeep:
 
     table = load_table(location)
     if table is None:
-        return Upkeep(location.uri, skipped="no table yet")
+        return MaintenanceReport(location.uri, skipped="no table yet")
     check_txn_retention(location, table)
     compaction = None
     if settings.compact:
@@ -225,11 +225,13 @@ def maintain(location: TableLocation, settings: UpkeepSettings) -> Upkeep:
     if settings.vacuum:
         vacuumed = _vacuum(location, settings)
         lap("vacuum")
-    return Upkeep(location.uri, compaction, checkpoint, deleted, vacuumed, seconds=seconds)
+    return MaintenanceReport(
+        location.uri, compaction, checkpoint, deleted, vacuumed, seconds=seconds
+    )
 
 
 def _set_log_retention(
-    location: TableLocation, table: DeltaTable, settings: UpkeepSettings
+    location: TableLocation, table: DeltaTable, settings: MaintenanceSettings
 ) -> DeltaTable:
     """The table with ``delta.logRetentionDuration`` = the settings' (one commit if it
     said otherwise; a lost race leaves it for the next pass)."""
@@ -247,7 +249,7 @@ def _set_log_retention(
     return load_table(location) or table
 
 
-def _vacuum(location: TableLocation, settings: UpkeepSettings) -> tuple[str, ...]:
+def _vacuum(location: TableLocation, settings: MaintenanceSettings) -> tuple[str, ...]:
     table = load_table(location)
     if table is None:
         return ()

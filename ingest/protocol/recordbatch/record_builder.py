@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ingest.protocol._records import crc32c
-from ingest.protocol.compression import Codec, codec_from_name, compress
+from ingest.protocol.recordbatch._records import crc32c
+from ingest.protocol.recordbatch.compression import Codec, codec_from_name, compress
 
 HeaderList = Sequence[tuple[str | bytes, bytes | None]]
 

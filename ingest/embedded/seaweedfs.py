@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from pyarrow import fs as pafs
 
+from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port, wait_until
 from ingest.errors import HarnessError
-from ingest.testing._process import ManagedProcess, ProcessServer, free_port, wait_until
 
 if TYPE_CHECKING:
     from ingest.testing.netns import Host

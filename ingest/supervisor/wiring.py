@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from ingest.client import ClientConfig
-from ingest.client.config import SaslConfig, TlsConfig
+from ingest.client.client_config import SaslConfig, TlsConfig
 from ingest.config import IngestConfig, TlsSection
 from ingest.errors import ConfigError, RegistryError
 from ingest.group import (
@@ -31,9 +31,9 @@ from ingest.registry import (
     client_for,
     subject_for,
 )
-from ingest.sink.config import TOPIC_PLACEHOLDER, Condition, Router, TableConfig
-from ingest.sink.maintenance import UpkeepSettings
+from ingest.sink.maintenance.maintain import MaintenanceSettings
 from ingest.sink.storage import s3_filesystem_options
+from ingest.sink.table_config import TOPIC_PLACEHOLDER, Condition, Router, TableConfig
 from ingest.worker import EndPosition, FetchSettings, StartPosition, WorkerSettings
 
 __all__ = [
@@ -42,10 +42,10 @@ __all__ = [
     "fetch_settings",
     "group_config",
     "handoff_config",
+    "maintenance_settings",
     "member_config",
     "s3_options",
     "table_config",
-    "upkeep_settings",
     "wanted_space",
     "worker_settings",
 ]
@@ -207,7 +207,7 @@ def table_config(
 ) -> TableConfig:
     """The table as the sink sees it. ``value_registered``: the subject's latest schema,
     giving the columns when no DDL does (``latest_value_schema``, read from the registry
-    by the engine only: upkeep and ``ingest status`` need no registry); ``key_registered``
+    by the engine only: maintenance and ``ingest status`` need no registry); ``key_registered``
     the same for keys (``latest_key_schema``)."""
     table = config.table
     registered = table.value.format in REGISTRY_FORMATS or table.key.format in REGISTRY_FORMATS
@@ -399,16 +399,16 @@ def _latest(config: IngestConfig, *, key: bool) -> RegisteredSchema | None:
     return next(iter(latest.values()))
 
 
-def upkeep_settings(config: IngestConfig) -> UpkeepSettings:
-    upkeep = config.maintenance
-    return UpkeepSettings(
-        compact=upkeep.compact,
-        target_file_size=int(upkeep.target_file_size),
-        checkpoint_every=upkeep.checkpoint_every,
-        log_retention_seconds=float(upkeep.log_retention),
-        vacuum=upkeep.vacuum,
-        vacuum_retention_hours=float(upkeep.vacuum_retention) / 3600,
-        vacuum_full=upkeep.vacuum_full,
+def maintenance_settings(config: IngestConfig) -> MaintenanceSettings:
+    maintenance = config.maintenance
+    return MaintenanceSettings(
+        compact=maintenance.compact,
+        target_file_size=int(maintenance.target_file_size),
+        checkpoint_every=maintenance.checkpoint_every,
+        log_retention_seconds=float(maintenance.log_retention),
+        vacuum=maintenance.vacuum,
+        vacuum_retention_hours=float(maintenance.vacuum_retention) / 3600,
+        vacuum_full=maintenance.vacuum_full,
     )
 
 

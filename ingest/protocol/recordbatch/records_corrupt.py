@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Literal
 
-from ingest.protocol.records_format import ATTR_CODEC_MASK
+from ingest.protocol.recordbatch.records_format import ATTR_CODEC_MASK
 
 __all__ = [
     "BatchStatus",

@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.errors import DecodeError
-from ingest.protocol.compression import Codec, decompress
-from ingest.protocol.records import (
+from ingest.protocol.recordbatch.compression import Codec, decompress
+from ingest.protocol.recordbatch.records import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
@@ -35,7 +35,7 @@ from ingest.protocol.records import (
     record_error_reason,
     status_reason,
 )
-from ingest.protocol.transactions import UnlistedAbort
+from ingest.protocol.recordbatch.transactions import UnlistedAbort
 
 _V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 _FRAMING = struct.Struct(">qi")

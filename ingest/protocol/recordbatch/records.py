@@ -90,8 +90,8 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.errors import DecodeError
-from ingest.protocol.compression import decompress
-from ingest.protocol.records_arrow import (
+from ingest.protocol.recordbatch.compression import decompress
+from ingest.protocol.recordbatch.records_arrow import (
     HEADER_TYPE,
     OFFSET_COLUMN,
     RECORD_SCHEMA,
@@ -99,7 +99,7 @@ from ingest.protocol.records_arrow import (
     batch_from_kernel,
     int64_values,
 )
-from ingest.protocol.records_corrupt import (
+from ingest.protocol.recordbatch.records_corrupt import (
     BatchStatus,
     CorruptBatch,
     CorruptKind,
@@ -110,7 +110,7 @@ from ingest.protocol.records_corrupt import (
     scan_corrupt,
     status_reason,
 )
-from ingest.protocol.records_format import (
+from ingest.protocol.recordbatch.records_format import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
@@ -120,13 +120,13 @@ from ingest.protocol.records_format import (
     V2_HEADER_SIZE,
     control_marker,
 )
-from ingest.protocol.transactions import CommittedWalk, UnlistedAbort
+from ingest.protocol.recordbatch.transactions import CommittedWalk, UnlistedAbort
 
 try:
-    from ingest.protocol import _records
+    from ingest.protocol.recordbatch import _records
 except ImportError as exc:  # pragma: no cover - only without a build
     raise ImportError(
-        "ingest.protocol._records (the C records kernel) is not built; "
+        "ingest.protocol.recordbatch._records (the C records kernel) is not built; "
         "run `pip install -e .` in the repository"
     ) from exc
 
@@ -183,7 +183,7 @@ _ENTRY_DTYPE = np.dtype(
     ]
 )
 if _ENTRY_DTYPE.itemsize != _records.ENTRY_SIZE:  # pragma: no cover - a build mismatch
-    raise ImportError("ingest.protocol._records does not match records.py; rebuild it")
+    raise ImportError("ingest.protocol.recordbatch._records does not match records.py; rebuild it")
 
 _INT64_MIN = -(2**63)
 # BatchStatus values as plain ints: enum attribute access is slow on the per-call path.

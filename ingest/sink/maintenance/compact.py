@@ -42,7 +42,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from ingest.errors import SinkError
 from ingest.sink.delta import guard_transaction
 from ingest.sink.files import FOOTER_KEY, DataFile, Source, sources_of, write_data_file
-from ingest.sink.rewrite import partition_text
+from ingest.sink.maintenance.rewrite import partition_text
 from ingest.sink.storage import TableLocation
 
 __all__ = ["COMPACTION_KEY", "Compaction", "compact", "plan_bins"]

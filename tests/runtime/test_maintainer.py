@@ -1,4 +1,4 @@
-"""Table upkeep beside a running ``ingest run`` on the Apache Kafka test broker.
+"""Table maintenance beside a running ``ingest run`` on the Apache Kafka test broker.
 
 The run's own passes come every second (``maintenance.interval``), and the test runs
 ``ingest maintain``'s pass (``maintain_tables``) in a loop beside it: compactions
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from ingest.sink.compact import COMPACTION_KEY
-from ingest.sink.maintenance import TXN_RETENTION_PROPERTY
-from ingest.supervisor.engine.upkeep import maintain_tables
+from ingest.sink.maintenance.compact import COMPACTION_KEY
+from ingest.sink.maintenance.maintain import TXN_RETENTION_PROPERTY
+from ingest.supervisor.engine.maintainer import maintain_tables
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce, verify_exact
 from tests.runtime.support import InProcess, config, records, row_count, wait_until, write_config
@@ -67,11 +67,11 @@ def test_compaction_beside_a_running_ingest_keeps_the_table_exact(
             if done.compaction is not None:
                 passes.append(done.compaction.files_removed)
 
-    keeper = threading.Thread(target=beside, name="test-maintain")
+    maintainer = threading.Thread(target=beside, name="test-maintain")
     try:
         produced = 500
         wait_until(lambda: row_count(tmp_path / "table") > 0, 120, "the first batch")
-        keeper.start()
+        maintainer.start()
         for _ in range(12):
             produce_range(broker, topic, produced, 150)
             produced += 150
@@ -79,8 +79,8 @@ def test_compaction_beside_a_running_ingest_keeps_the_table_exact(
         wait_until(lambda: row_count(tmp_path / "table") >= PARTITIONS * produced, 120, "every row")
     finally:
         stop.set()
-        if keeper.is_alive():
-            keeper.join(60)
+        if maintainer.is_alive():
+            maintainer.join(60)
         outcome = run.stop()
     assert not errors, errors
     assert outcome.exit_code == 0, outcome.message

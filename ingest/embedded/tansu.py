@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port, wait_until
+from ingest.embedded.probe import api_versions_answered
+from ingest.embedded.seaweedfs import S3Server
 from ingest.errors import HarnessError
-from ingest.testing._process import ManagedProcess, ProcessServer, free_port, wait_until
-from ingest.testing.probe import api_versions_answered
-from ingest.testing.s3 import S3Server
 
 TANSU_VERSION = "0.6.0"
 
