@@ -6,16 +6,28 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from pyarrow import fs as pafs
 
 from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port, wait_until
 from ingest.errors import HarnessError
 
-if TYPE_CHECKING:
-    from ingest.testing.netns import Host
+T = TypeVar("T")
+
+
+class Host(Protocol):
+    """Where the server runs when not on 127.0.0.1: a namespace host of the test harness
+    (``ingest.testing.netns.Host``)."""
+
+    address: str
+
+    def argv(self, argv: Sequence[str]) -> list[str]: ...
+
+    def call(self, function: Callable[[], T], /) -> T: ...
+
 
 ACCESS_KEY = "test"
 SECRET_KEY = "test"

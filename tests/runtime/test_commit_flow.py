@@ -98,7 +98,7 @@ def test_a_held_offset_commit_does_not_stop_batches_or_workers(
         after = {row: run.partitions()[row]["records"] for row in range(PARTITIONS)}
         assert all(after[p] > before[p] for p in range(PARTITIONS)), (before, after)
         # Still one commit in flight, and the group has not moved past the held one.
-        assert engine.source._commit_in_flight is not None  # type: ignore[attr-defined]
+        assert engine.source.commits.in_flight is not None  # type: ignore[attr-defined]
         assert all(
             o is None or o <= 2_000 for o in group_offsets(config(path), partitions).values()
         )

@@ -7,8 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from ingest.client.admin import source_topics, topic_partitions
@@ -18,7 +17,6 @@ from ingest.errors import (
     GroupError,
     IngestError,
 )
-from ingest.faults import fault_point
 from ingest.group import (
     CommitFailed,
     CommittedOffset,
@@ -35,7 +33,7 @@ from ingest.group import (
 )
 from ingest.logs import event
 from ingest.membership.committed import committed_value
-from ingest.membership.member import GroupMember, check_commit
+from ingest.membership.member import GroupMember
 from ingest.membership.until_end import OthersWatch
 from ingest.protocol.codec import API_NAMES
 from ingest.sink.durable import start_offset, txn_versions
@@ -46,6 +44,7 @@ from ingest.supervisor.engine.batches import (
 from ingest.supervisor.engine.partitions import Change, PartitionState
 from ingest.supervisor.engine.runtime import Engine
 from ingest.supervisor.engine.source import RunOutcome
+from ingest.supervisor.modes.offset_commits import OffsetCommits
 from ingest.supervisor.output.metrics import Metrics
 from ingest.supervisor.output.progress import Progress, range_done
 from ingest.supervisor.wiring import (
@@ -57,14 +56,6 @@ from ingest.worker.ends import end_offsets
 __all__ = ["GroupSource", "group_run"]
 
 log = logging.getLogger("ingest.supervisor")
-_COMMIT_RETRY_AFTER = 2.0
-_STOP_COMMIT_RETRY_AFTER = 0.2
-
-
-@dataclass(frozen=True)
-class _CommitInFlight:
-    offsets: Mapping[Partition, int]
-    table_version: int | None
 
 
 def group_run(
@@ -112,10 +103,7 @@ class GroupSource:
         # The generation of the last assignment handled: commits are made for it (the
         # classic member refuses them once it is in another; ``Commit``).
         self.generation: int | None = None
-        self._commit_after = 0.0
-        # At most one OffsetCommit in flight; the loop goes on while it is (its outcome
-        # comes from the member's poll). Revocations wait for it.
-        self._commit_in_flight: _CommitInFlight | None = None
+        self.commits = OffsetCommits(engine)  # at most one OffsetCommit in flight
         self._revocation_committed = False
         self._others: OthersWatch | None = None  # --until-end: partitions owned elsewhere
 
@@ -200,7 +188,7 @@ class GroupSource:
             raise GroupError(f"the group membership failed: {exc}") from exc
         for item in events:
             if isinstance(item, OffsetsCommitted | CommitFailed):
-                self._commit_done(item)
+                self.commits.done(item)
             elif isinstance(item, PartitionsAssigned):
                 self._assigned(item)
             elif isinstance(item, PartitionsRevoked):
@@ -347,7 +335,7 @@ class GroupSource:
     def after_step(self) -> None:
         self._show_progress()
         self._process_revocations()
-        if time.monotonic() >= self._commit_after:
+        if time.monotonic() >= self.commits.after:
             self._commit_owned()
 
     def _process_revocations(self) -> None:
@@ -355,7 +343,7 @@ class GroupSource:
             partitions = self.revocations[0]
             if self.engine.batch is not None and self.engine.batch.partitions & partitions:
                 return  # the in-flight batch holding them finishes first
-            if self._commit_in_flight is not None:
+            if self.commits.in_flight is not None:
                 return  # its outcome first: the committed offsets must be known
             if not self._revocation_committed:
                 self._revocation_committed = True
@@ -370,79 +358,16 @@ class GroupSource:
     # -- commits -----------------------------------------------------------------------
 
     def _commit_target(self, state: PartitionState) -> int | None:
-        batch = self.engine.batch
-        return state.commit_target(
-            in_flight=batch is not None and state.partition in batch.partitions
-        )
-
-    def _committable(self) -> frozenset[Partition]:
-        revoking = frozenset().union(*self.revocations) if self.revocations else frozenset()
-        return frozenset(self._member().assignment) | revoking
+        return self.commits.target(state)
 
     def _commit_owned(self, only: Iterable[Partition] | None = None) -> bool:
         """Sends an OffsetCommit of what is durable and not yet committed, unless one is
         in flight; returns whether it sent one."""
-        if self._commit_in_flight is not None:
-            return False
-        owned = self._committable()
-        offsets: dict[Partition, int] = {}
-        for partition in only if only is not None else list(self.engine.states):
-            state = self.engine.states.get(partition)
-            if state is None or partition not in owned:
-                continue
-            target = self._commit_target(state)
-            if target is not None and (state.committed is None or target > state.committed):
-                offsets[partition] = target
-        if not offsets:
-            return False
-        metadata = (
-            None if self.engine.last_table_version is None else str(self.engine.last_table_version)
-        )
-        epochs = {
-            p: self.engine.states[p].landed_epoch
-            for p in offsets
-            if self.engine.states[p].landed_epoch >= 0
-        }
-        # The generation (classic) or member epoch (consumer protocol) of the assignment
-        # this loop last handled: the member refuses the commit if it joined again since.
-        self._member().commit_async(offsets, metadata, epochs, generation=self.generation)
-        self._commit_in_flight = _CommitInFlight(offsets, self.engine.last_table_version)
-        return True
+        return self.commits.send(self._member(), self._committable(), self.generation, only)
 
-    def _commit_done(self, outcome: OffsetsCommitted | CommitFailed) -> None:
-        """The outcome of the OffsetCommit in flight (the member answers them in order)."""
-        sent, self._commit_in_flight = self._commit_in_flight, None
-        offsets = outcome.offsets
-        version = sent.table_version if sent is not None else None
-        try:
-            check_commit(outcome)
-        except GroupError as exc:
-            self.engine.metrics.inc("ingest_offset_commits_total", outcome="failed")
-            # Stopping, the run waits for its commits (``finished``): retry soon.
-            wait = _STOP_COMMIT_RETRY_AFTER if self.engine.stopping else _COMMIT_RETRY_AFTER
-            self._commit_after = time.monotonic() + wait
-            # Fenced: the partitions are revoked or lost next; never resent as it was.
-            event(
-                log,
-                "commit_failed",
-                level=logging.WARNING,
-                offsets={str(p): o for p, o in sorted(offsets.items())},
-                error=str(exc) or type(exc).__name__,
-            )
-            return
-        self.engine.metrics.inc("ingest_offset_commits_total", outcome="ok")
-        for partition, offset in offsets.items():
-            state = self.engine.states.get(partition)
-            if state is not None:
-                state.committed = max(offset, state.committed or 0)
-        event(
-            log,
-            "offsets_committed",
-            table_version=version,
-            offsets={str(p): o for p, o in sorted(offsets.items())},
-        )
-        # Fault injection (a no-op unless INGEST_FAULT_POINT is set; ingest/faults.py).
-        fault_point("after_offset_commit")
+    def _committable(self) -> frozenset[Partition]:
+        revoking = frozenset().union(*self.revocations) if self.revocations else frozenset()
+        return frozenset(self._member().assignment) | revoking
 
     def after_batch(self, batch: BatchThread, result: BatchResult) -> None:
         self._commit_owned(batch.partitions)
@@ -476,7 +401,7 @@ class GroupSource:
     def finished(self) -> bool:
         if self.no_topics:
             return True
-        if self._commit_in_flight is not None:
+        if self.commits.in_flight is not None:
             return False
         if self.engine.stopping:
             if not self.engine.shutdown_done() or self.revocations:
