@@ -34,7 +34,8 @@ from ingest.group.types import Partition, java_order, partitions_by_topic
 from ingest.protocol import primitives as p
 from ingest.protocol.consumer import TopicPartition
 from ingest.protocol.primitives import Reader
-from ingest.protocol.schema import INT32, STRING, Struct, array, codec_for, spec
+from ingest.protocol.schema import INT32, STRING, Struct, array, spec
+from ingest.protocol.struct_codec import codec_for
 
 __all__ = [
     "SNAPSHOT_MAGIC",

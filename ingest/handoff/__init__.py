@@ -7,15 +7,10 @@ namespace with ``HandoffStore``, reads segments (memory-mapped in shm mode) and
 cleanup.
 """
 
+from ingest.handoff.location import HandoffConfig, HandoffLocation
 from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
 from ingest.handoff.segment import SegmentWriter
-from ingest.handoff.store import (
-    HandoffConfig,
-    HandoffError,
-    HandoffLocation,
-    HandoffStore,
-    read_segment,
-)
+from ingest.handoff.store import HandoffError, HandoffStore, read_segment
 
 __all__ = [
     "CorruptRangeReported",

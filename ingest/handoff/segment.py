@@ -27,15 +27,9 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from ingest.handoff.location import CORRUPT_PREFIX, HandoffLocation
 from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
-from ingest.handoff.store import (
-    CORRUPT_PREFIX,
-    TMP_SUFFIX,
-    HandoffError,
-    HandoffFull,
-    HandoffLocation,
-    is_full,
-)
+from ingest.handoff.store import TMP_SUFFIX, HandoffError, HandoffFull, is_full
 from ingest.protocol.recordbatch.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
 
 __all__ = ["SegmentWriter"]

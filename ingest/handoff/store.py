@@ -45,24 +45,28 @@ import socket
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from ingest.errors import ConfigError, IngestError
+from ingest.handoff.location import (
+    CORRUPT_SUFFIX,
+    SEGMENT_SUFFIX,
+    HandoffConfig,
+    HandoffLocation,
+    split_root,
+)
 
 __all__ = [
     "CORRUPT_SUFFIX",
     "NAMESPACE_PREFIX",
     "SEGMENT_SUFFIX",
-    "HandoffConfig",
     "HandoffError",
     "HandoffFull",
-    "HandoffLocation",
     "HandoffSpaceExhausted",
     "HandoffStore",
     "read_segment",
@@ -70,20 +74,13 @@ __all__ = [
 
 log = logging.getLogger("ingest.handoff")
 
-HandoffMode = Literal["shm", "files"]
-IpcCompression = Literal["lz4", "zstd"]
 
 NAMESPACE_PREFIX = "ingest-"
-SEGMENT_SUFFIX = ".arrows"
-CORRUPT_SUFFIX = ".bin"
-CORRUPT_PREFIX = "corrupt-"
 OWNER_FILE = "_owner.json"
 LOCK_FILE = "_lock"
 TMP_SUFFIX = ".tmp"
-DEFAULT_SHM_ROOT = "/dev/shm"
 # A namespace without an owner file yet may be being created right now.
 _UNOWNED_GRACE_SECONDS = 60.0
-_SECRET_HINTS = ("secret", "password", "token", "session")
 
 
 class HandoffError(IngestError):
@@ -105,107 +102,6 @@ def is_full(exc: OSError) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-@dataclass(frozen=True, kw_only=True)
-class HandoffConfig:
-    """How segments are handed from workers to the supervisor.
-
-    ``root``: the directory holding run namespaces (default ``/dev/shm`` in shm
-    mode), or an object-store URI in files mode. ``storage_options`` go to
-    ``pyarrow.fs.S3FileSystem`` for ``s3://`` roots (endpoint_override, scheme,
-    access_key, secret_key, region, ...); their values never appear in a repr.
-    A segment is sealed at ``segment_max_bytes`` or ``segment_max_age`` seconds
-    after its first record, whichever comes first.
-    """
-
-    mode: HandoffMode = "shm"
-    root: str | None = None
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
-    segment_max_bytes: int = 64 * 1024 * 1024
-    segment_max_age: float = 5.0
-    ipc_compression: IpcCompression | None = None
-    # How long a worker waits for a full handoff to free space before the run fails.
-    full_timeout: float = 300.0
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("shm", "files"):
-            raise ConfigError(f"must be 'shm' or 'files', got {self.mode!r}", key="handoff.mode")
-        if self.mode == "files" and not self.root:
-            raise ConfigError("files mode needs a root directory or URI", key="handoff.root")
-        if self.mode == "shm" and self.root is not None and "://" in self.root:
-            raise ConfigError("shm mode needs a local tmpfs directory", key="handoff.root")
-        if not isinstance(self.segment_max_bytes, int) or self.segment_max_bytes < 1:
-            raise ConfigError("must be a positive int", key="handoff.segment_max_bytes")
-        if not isinstance(self.segment_max_age, int | float) or self.segment_max_age <= 0:
-            raise ConfigError("must be a positive number of seconds", key="handoff.segment_max_age")
-        if not isinstance(self.full_timeout, int | float) or self.full_timeout <= 0:
-            raise ConfigError("must be a positive number of seconds", key="handoff.full_timeout")
-        if self.ipc_compression not in (None, "lz4", "zstd"):
-            raise ConfigError("must be lz4, zstd or none", key="handoff.ipc_compression")
-        object.__setattr__(self, "storage_options", dict(self.storage_options))
-
-    @property
-    def resolved_root(self) -> str:
-        return self.root if self.root is not None else DEFAULT_SHM_ROOT
-
-    def __repr__(self) -> str:
-        options = {
-            key: "**********" if any(hint in key.lower() for hint in _SECRET_HINTS) else value
-            for key, value in self.storage_options.items()
-        }
-        return (
-            f"HandoffConfig(mode={self.mode!r}, root={self.resolved_root!r}, "
-            f"storage_options={options!r}, segment_max_bytes={self.segment_max_bytes}, "
-            f"segment_max_age={self.segment_max_age}, ipc_compression={self.ipc_compression!r})"
-        )
-
-
-# -- filesystems ----------------------------------------------------------------------
-
-
-def _split_root(root: str, options: Mapping[str, Any]) -> tuple[pafs.FileSystem | None, str, str]:
-    """(filesystem or None for the local one, path inside it, URI prefix for that path)."""
-    if "://" not in root:
-        return None, os.path.abspath(root), ""
-    scheme, _, rest = root.partition("://")
-    if scheme == "file":
-        return None, os.path.abspath("/" + rest.lstrip("/")), ""
-    if scheme == "s3":
-        return pafs.S3FileSystem(**options), rest.strip("/"), "s3://"
-    filesystem, path = pafs.FileSystem.from_uri(root)
-    return filesystem, path.rstrip("/"), f"{scheme}://"
-
-
-@dataclass(frozen=True, kw_only=True)
-class HandoffLocation:
-    """One run's namespace: everything a worker process needs to write into it (picklable)."""
-
-    config: HandoffConfig
-    run_id: str
-    namespace: str  # path inside the filesystem
-    uri_prefix: str  # "" for local paths, else "s3://" etc.
-
-    @property
-    def local(self) -> bool:
-        return self.uri_prefix == ""
-
-    def filesystem(self) -> pafs.FileSystem | None:
-        """The pyarrow filesystem, or None when segments are local files."""
-        if self.local:
-            return None
-        return _split_root(self.config.resolved_root, self.config.storage_options)[0]
-
-    def path_of(self, item_id: str) -> str:
-        suffix = CORRUPT_SUFFIX if _is_corrupt_id(item_id) else SEGMENT_SUFFIX
-        return f"{self.namespace}/{item_id}{suffix}"
-
-    def uri_of(self, path: str) -> str:
-        return f"{self.uri_prefix}{path}"
-
-
-def _is_corrupt_id(item_id: str) -> bool:
-    return item_id.rpartition("/")[2].startswith(CORRUPT_PREFIX)
-
-
 def _check_id(item_id: str) -> None:
     parts = item_id.split("/")
     if len(parts) != 3 or any(part in ("", ".", "..") for part in parts):
@@ -222,7 +118,7 @@ def read_segment(
         source: pa.NativeFile = pa.memory_map(path, "r") if memory_map else pa.OSFile(path, "rb")
         with source:
             return ipc.open_stream(source).read_all()
-    filesystem, path, _ = _split_root(uri, storage_options or {})
+    filesystem, path, _ = split_root(uri, storage_options or {})
     assert filesystem is not None
     with filesystem.open_input_stream(path) as stream:
         return ipc.open_stream(stream).read_all()
@@ -278,9 +174,7 @@ class HandoffStore:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         if not self.run_id.replace("-", "").replace("_", "").isalnum():
             raise ConfigError(f"{self.run_id!r}: use letters, digits, - and _", key="run_id")
-        filesystem, root_path, uri_prefix = _split_root(
-            config.resolved_root, config.storage_options
-        )
+        filesystem, root_path, uri_prefix = split_root(config.resolved_root, config.storage_options)
         self._fs = filesystem
         self.root = root_path
         self.location = HandoffLocation(

@@ -33,7 +33,8 @@ from ingest.protocol.headers import (
 )
 from ingest.protocol.messages import REQUESTS, RESPONSES
 from ingest.protocol.primitives import Reader
-from ingest.protocol.schema import Request, Response, decode_message, encode_message
+from ingest.protocol.schema import Request, Response
+from ingest.protocol.struct_codec import decode_message, encode_message
 
 __all__ = [
     "API_NAMES",

@@ -15,7 +15,8 @@ from typing import TypeVar, cast
 from ingest.errors import DecodeError, EncodeError
 from ingest.protocol import primitives as p
 from ingest.protocol.primitives import Reader
-from ingest.protocol.schema import BYTES, INT32, STRING, Struct, array, codec_for, spec
+from ingest.protocol.schema import BYTES, INT32, STRING, Struct, array, spec
+from ingest.protocol.struct_codec import codec_for
 
 __all__ = [
     "ASSIGNMENT_VERSIONS",

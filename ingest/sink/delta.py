@@ -33,17 +33,15 @@ token the commit carries in its commitInfo (``ingest.commit``).
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Field, Schema, Transaction
+from deltalake import CommitProperties, DeltaTable, Field, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -60,22 +58,21 @@ from ingest.sink.evolution import (
 from ingest.sink.files import DataFile
 from ingest.sink.maintenance import rewrite
 from ingest.sink.storage import TableLocation
-from ingest.sink.txn import REWRITE_GUARD, advances, newer_txns, or_minus_one
+from ingest.sink.txn import (
+    COMMIT_TOKEN_KEY,
+    advances,
+    commit_properties,
+    newer_txns,
+    or_minus_one,
+)
 
 __all__ = [
-    "COMMIT_TOKEN_KEY",
     "CommitOutcome",
     "DeltaTarget",
     "StaleBatchError",
-    "commit_properties",
-    "guard_transaction",
-    "now_ms",
-    "operation_metrics",
 ]
 
 log = logging.getLogger("ingest.sink")
-
-COMMIT_TOKEN_KEY = "ingest.commit"
 
 
 class StaleBatchError(SinkError):
@@ -98,70 +95,6 @@ class CommitOutcome:
     dropped_rows: int = 0
     deleted_rows: int = 0  # rows of the table a merge deleted
     stage_seconds: Mapping[str, float] = field(default_factory=dict)
-
-
-def now_ms() -> int:
-    """A txn action's ``lastUpdated``: when the commit holding it was made."""
-    return int(time.time() * 1000)
-
-
-def commit_properties(
-    token: str,
-    txns: Mapping[str, int],
-    *,
-    guarded: DeltaTable | None = None,
-    actions: Sequence[AddAction | RemoveAction] | None = None,
-) -> CommitProperties:
-    """A commit's properties: its token (to find its version again) and its txn actions;
-    with ``guarded`` (the snapshot the commit was planned on), also the rewrite guard's
-    txn (``guard_transaction``); with ``actions`` (a commit of add/remove actions), the
-    ``operationMetrics`` Delta Spark's DESCRIBE HISTORY shows (``operation_metrics``)."""
-    transactions = [Transaction(app, v, last_updated=now_ms()) for app, v in sorted(txns.items())]
-    if guarded is not None:
-        transactions.append(guard_transaction(guarded))
-    metadata: dict[str, Any] = {COMMIT_TOKEN_KEY: token}
-    if actions is not None:
-        metadata.update(operation_metrics(actions))
-    return CommitProperties(custom_metadata=metadata, app_transactions=transactions)
-
-
-def operation_metrics(actions: Sequence[AddAction | RemoveAction]) -> dict[str, Any]:
-    """commitInfo entries for a commit of ``actions``: ``operationMetrics`` named as Delta
-    Spark names a WRITE's (``numFiles``, ``numOutputRows``, ``numOutputBytes``; with
-    removes, ``numRemovedFiles`` and ``numRemovedBytes``), string values as Spark writes
-    them; and ``isBlindAppend`` when the commit only adds files (it read no data: Spark's
-    conflict checks then let a concurrent DELETE or UPDATE through, as with its own
-    appends). delta-rs writes no metrics for ``create_write_transaction``."""
-    adds = [a for a in actions if isinstance(a, AddAction)]
-    removes = [a for a in actions if isinstance(a, RemoveAction)]
-    metrics = {
-        "numFiles": len(adds),
-        "numOutputRows": sum(int(json.loads(a.stats or "{}").get("numRecords", 0)) for a in adds),
-        "numOutputBytes": sum(a.size for a in adds),
-    }
-    if removes:
-        metrics["numRemovedFiles"] = len(removes)
-        metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
-    return {
-        "operationMetrics": {key: str(value) for key, value in metrics.items()},
-        "isBlindAppend": not removes,
-    }
-
-
-def guard_transaction(table: DeltaTable) -> Transaction:
-    """The txn action every commit that removes files of the table's snapshot carries
-    (an overwrite's cut, a MERGE, a compaction), under the one app id ``REWRITE_GUARD``.
-
-    delta-rs does not fail a commit whose removed files a concurrent commit removed
-    with ``dataChange=false`` (a compaction): both would go through, and the rows of
-    those files would then be in the table twice (the compacted copy, and the cut's
-    or the merge's remainder). Two such commits carrying the same app id conflict
-    instead (delta-rs checks concurrent txn actions by app id), so the loser retries
-    from the new snapshot. Appends remove nothing and do not carry it: a compaction
-    never makes a batch's commit retry."""
-    return Transaction(
-        REWRITE_GUARD, or_minus_one(table.transaction_version(REWRITE_GUARD)) + 1, now_ms()
-    )
 
 
 class DeltaTarget:

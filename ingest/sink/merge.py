@@ -23,7 +23,7 @@ delete re-inserts their values (the txn filter keeps a group's own replays
 out). A merge that changes nothing
 makes no commit and would lose its txn actions, so those are then recorded by
 an empty commit. A merge carries the rewrite guard's txn
-(``delta.guard_transaction``), so it conflicts with a concurrent compaction of
+(``txn.guard_transaction``), so it conflicts with a concurrent compaction of
 the files it rewrites. ``CommitFailedError`` (a concurrent merge or compaction won): back off,
 re-read the txn versions, re-filter and merge again. Files written by a merge
 that lost its race are left for VACUUM (delta-rs does not name them).
@@ -45,12 +45,12 @@ import pyarrow.compute as pc
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import ConfigError, SinkError
-from ingest.sink.delta import CommitOutcome, DeltaTarget, commit_properties
+from ingest.sink.delta import CommitOutcome, DeltaTarget
 from ingest.sink.evolution import evolve, nullable_schema
 from ingest.sink.files import DataFile
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN
-from ingest.sink.txn import newer_txns
+from ingest.sink.txn import commit_properties, newer_txns
 
 __all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert", "upsert_source"]
 

@@ -1,5 +1,5 @@
 """The Delta ``txn`` app id of one source partition of one table, fed by one group,
-and the arithmetic of txn versions.
+the arithmetic of txn versions, and the txn actions and properties each commit carries.
 
 Derivation (stable across releases; changing it would break exactly-once for
 every existing table)::
@@ -23,14 +23,33 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.transaction import AddAction, RemoveAction
 
 from ingest.sink.storage import normalize_uri
 
-__all__ = ["REWRITE_GUARD", "advances", "app_id", "newer_txns", "or_minus_one"]
+__all__ = [
+    "COMMIT_TOKEN_KEY",
+    "REWRITE_GUARD",
+    "advances",
+    "app_id",
+    "commit_properties",
+    "guard_transaction",
+    "newer_txns",
+    "now_ms",
+    "operation_metrics",
+    "or_minus_one",
+]
+
+# commitInfo's key for a commit's token: its version is found again by it.
+COMMIT_TOKEN_KEY = "ingest.commit"
 
 # The app id of the txn every commit that removes a snapshot's files carries (see
-# ``delta.guard_transaction``); no partition's app id can be spelled so.
+# ``guard_transaction`` below); no partition's app id can be spelled so.
 REWRITE_GUARD = "ingest:rewrite-guard"
 
 
@@ -54,3 +73,67 @@ def newer_txns(txns: Mapping[str, int], current: Mapping[str, int | None]) -> di
     """The txns (app id -> version) that move past ``current``: a commit never moves
     a version back."""
     return {app: version for app, version in txns.items() if advances(version, current.get(app))}
+
+
+def now_ms() -> int:
+    """A txn action's ``lastUpdated``: when the commit holding it was made."""
+    return int(time.time() * 1000)
+
+
+def commit_properties(
+    token: str,
+    txns: Mapping[str, int],
+    *,
+    guarded: DeltaTable | None = None,
+    actions: Sequence[AddAction | RemoveAction] | None = None,
+) -> CommitProperties:
+    """A commit's properties: its token (to find its version again) and its txn actions;
+    with ``guarded`` (the snapshot the commit was planned on), also the rewrite guard's
+    txn (``guard_transaction``); with ``actions`` (a commit of add/remove actions), the
+    ``operationMetrics`` Delta Spark's DESCRIBE HISTORY shows (``operation_metrics``)."""
+    transactions = [Transaction(app, v, last_updated=now_ms()) for app, v in sorted(txns.items())]
+    if guarded is not None:
+        transactions.append(guard_transaction(guarded))
+    metadata: dict[str, Any] = {COMMIT_TOKEN_KEY: token}
+    if actions is not None:
+        metadata.update(operation_metrics(actions))
+    return CommitProperties(custom_metadata=metadata, app_transactions=transactions)
+
+
+def operation_metrics(actions: Sequence[AddAction | RemoveAction]) -> dict[str, Any]:
+    """commitInfo entries for a commit of ``actions``: ``operationMetrics`` named as Delta
+    Spark names a WRITE's (``numFiles``, ``numOutputRows``, ``numOutputBytes``; with
+    removes, ``numRemovedFiles`` and ``numRemovedBytes``), string values as Spark writes
+    them; and ``isBlindAppend`` when the commit only adds files (it read no data: Spark's
+    conflict checks then let a concurrent DELETE or UPDATE through, as with its own
+    appends). delta-rs writes no metrics for ``create_write_transaction``."""
+    adds = [a for a in actions if isinstance(a, AddAction)]
+    removes = [a for a in actions if isinstance(a, RemoveAction)]
+    metrics = {
+        "numFiles": len(adds),
+        "numOutputRows": sum(int(json.loads(a.stats or "{}").get("numRecords", 0)) for a in adds),
+        "numOutputBytes": sum(a.size for a in adds),
+    }
+    if removes:
+        metrics["numRemovedFiles"] = len(removes)
+        metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
+    return {
+        "operationMetrics": {key: str(value) for key, value in metrics.items()},
+        "isBlindAppend": not removes,
+    }
+
+
+def guard_transaction(table: DeltaTable) -> Transaction:
+    """The txn action every commit that removes files of the table's snapshot carries
+    (an overwrite's cut, a MERGE, a compaction), under the one app id ``REWRITE_GUARD``.
+
+    delta-rs does not fail a commit whose removed files a concurrent commit removed
+    with ``dataChange=false`` (a compaction): both would go through, and the rows of
+    those files would then be in the table twice (the compacted copy, and the cut's
+    or the merge's remainder). Two such commits carrying the same app id conflict
+    instead (delta-rs checks concurrent txn actions by app id), so the loser retries
+    from the new snapshot. Appends remove nothing and do not carry it: a compaction
+    never makes a batch's commit retry."""
+    return Transaction(
+        REWRITE_GUARD, or_minus_one(table.transaction_version(REWRITE_GUARD)) + 1, now_ms()
+    )

@@ -7,7 +7,7 @@ from typing import Literal
 
 from ingest.client.client_config import ClientConfig
 from ingest.errors import ConfigError
-from ingest.handoff.store import HandoffLocation
+from ingest.handoff.location import HandoffLocation
 
 __all__ = [
     "EndPosition",

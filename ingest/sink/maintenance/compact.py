@@ -7,7 +7,7 @@ writes each bin of two or more files as one Parquet file in ingest's layout
 (``files.write_data_file``: its statistics, and its footer saying which Kafka
 partitions and offsets it holds, several per file now). ONE commit then removes
 the inputs and adds the outputs, every action ``dataChange=false`` (a streaming
-reader skips it), with the rewrite guard's txn (``delta.guard_transaction``).
+reader skips it), with the rewrite guard's txn (``txn.guard_transaction``).
 
 Why not delta-rs's ``optimize.compact``: it cannot carry a txn action (its
 ``commit_properties`` drop ``app_transactions``), and delta-rs lets a commit
@@ -40,10 +40,10 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from ingest.errors import SinkError
-from ingest.sink.delta import guard_transaction
 from ingest.sink.files import FOOTER_KEY, DataFile, Source, sources_of, write_data_file
 from ingest.sink.maintenance.rewrite import partition_text
 from ingest.sink.storage import TableLocation
+from ingest.sink.txn import guard_transaction
 
 __all__ = ["COMPACTION_KEY", "Compaction", "compact", "plan_bins"]
 
