@@ -17,16 +17,14 @@ masked, and exits. Exit codes: 0 done; 1 failed (the message says why);
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from importlib.metadata import version
-from typing import Any, NoReturn
+from typing import Any
 
 from ingest.errors import ConfigError, IngestError
 
@@ -388,30 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _exit_process(code: int) -> NoReturn:
-    """Ends the process after ``ingest run`` or ``replay`` as the interpreter would, less
-    its teardown. By here the engine has closed (``Engine._close``): the last Delta commit
-    is in the table, the group's offsets were committed after it and answered, the group
-    is left, the workers, task processes and handoff store are closed. What the
-    interpreter still does, done here in its order: join the threads that are not
-    daemons (``threading``'s own exit functions first, as concurrent.futures'), run the
-    ``atexit`` functions (logging's flush and close, multiprocessing's joins, the
-    ``weakref.finalize`` ones), flush stdout and stderr. What is skipped: tearing the
-    modules down and freeing every object one by one (0.1-0.17 s after the last
-    ``atexit`` function on a 100k-record --until-end run), which nothing outside the
-    process sees."""
-    threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's first step
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """The command line (``argv``: ``sys.argv[1:]`` when None). Run as the program
-    (``argv`` None), ``run`` and ``replay`` end the process themselves
-    (``_exit_process``)."""
+    """The command line (``argv``: ``sys.argv[1:]`` when None); returns the exit code. The
+    process ends as the interpreter ends it: the run has closed everything it started
+    (``Engine._close``)."""
     args = build_parser().parse_args(argv)
     try:
         code = int(args.handler(args))
@@ -421,8 +399,6 @@ def main(argv: list[str] | None = None) -> int:
     except IngestError as exc:
         print(f"ingest: {exc}", file=sys.stderr)
         code = 1
-    if argv is None and args.command in ("run", "replay"):
-        _exit_process(code)
     return code
 
 

@@ -1,5 +1,7 @@
-"""Facts about other processes, shared by the supervisor and the test harness; and the
-fork server the partition workers and the local engine's task processes fork from.
+"""Where ingest's threads and child processes start: ``start_thread`` starts and names every
+thread (``ingest-<name>``, a daemon: each one's owner stops and joins it); facts about
+other processes, shared by the supervisor and the test harness; and the fork server the
+partition workers and the local engine's task processes fork from.
 
 The fork server is a fresh interpreter that imports the workers' modules once
 (``ingest.worker.process``, and the local engine's task modules named with
@@ -15,15 +17,37 @@ import os
 import resource
 import signal
 import threading
+from collections.abc import Callable
 from multiprocessing.context import ForkServerContext
+from typing import Any
 
 __all__ = [
     "TASK_MODULES",
+    "THREAD_PREFIX",
     "fork_context",
+    "ingest_threads",
     "pid_alive",
     "preload_in_fork_server",
     "start_fork_server",
+    "start_thread",
 ]
+
+# Every thread ingest starts is named so: ``ingest_threads`` finds them.
+THREAD_PREFIX = "ingest-"
+
+
+def start_thread(name: str, target: Callable[..., Any], *args: Any) -> threading.Thread:
+    """Starts ``target(*args)`` on a daemon thread named ``ingest-<name>``; the caller owns
+    it: it stops the thread (the target's own end condition) and joins it."""
+    thread = threading.Thread(target=target, args=args, name=f"{THREAD_PREFIX}{name}", daemon=True)
+    thread.start()
+    return thread
+
+
+def ingest_threads() -> list[threading.Thread]:
+    """The live threads ingest started (``start_thread``)."""
+    return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
+
 
 # What the fork server imports: the worker's module, then the local engine's task modules.
 _PRELOAD: list[str] = ["ingest.worker.process"]

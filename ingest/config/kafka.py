@@ -10,8 +10,7 @@ from pydantic.dataclasses import dataclass
 
 # From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
-from ingest.config import Duration, Size
-from ingest.config.units import SECTION, Bool, HostPort, Int, Regex, Str
+from ingest.config.units import SECTION, Bool, Duration, HostPort, Int, Regex, Size, Str
 
 Assignor = Literal["cooperative-sticky", "range", "roundrobin"]
 

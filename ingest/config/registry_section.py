@@ -9,8 +9,7 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 # From the package, not ``units.py`` (see sections.py).
-from ingest.config import Duration
-from ingest.config.units import SECTION, Str
+from ingest.config.units import SECTION, Duration, Str
 
 
 @dataclass(frozen=True, config=SECTION)

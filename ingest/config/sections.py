@@ -22,13 +22,23 @@ from pydantic.dataclasses import dataclass
 from pydantic.json_schema import SkipJsonSchema
 
 from ingest.client.client_config import Secret
+from ingest.config.kafka import FetchSection, KafkaSection, SourceSection
+from ingest.config.registry_section import SchemaRegistrySection
 
 # From the package, not ``units.py``: pyproject's ``extend-immutable-calls`` names
 # ``ingest.config.Size`` and ``ingest.config.Duration`` (safe as dataclass defaults).
-from ingest.config import Duration, Size
-from ingest.config.kafka import FetchSection, KafkaSection, SourceSection
-from ingest.config.registry_section import SchemaRegistrySection
-from ingest.config.units import SECTION, Bool, DeltaUri, Int, Regex, SparkMaster, Str, ViewName
+from ingest.config.units import (
+    SECTION,
+    Bool,
+    DeltaUri,
+    Duration,
+    Int,
+    Regex,
+    Size,
+    SparkMaster,
+    Str,
+    ViewName,
+)
 from ingest.errors import ConfigError
 
 

@@ -37,7 +37,6 @@ and its exchanges with the cluster ``membership_io.py``.
 from __future__ import annotations
 
 import queue
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -69,6 +68,7 @@ from ingest.membership.driver import (
     PatternWatch,
     Stopped,
 )
+from ingest.processes import start_thread
 
 __all__ = ["Event", "GroupMember", "MemberStatus", "check_commit"]
 
@@ -152,12 +152,10 @@ class GroupMember:
         # Everything the membership thread owns (the machine, the cluster connections):
         watch = PatternWatch(topic_pattern, pattern_refresh) if topic_pattern else None
         self._membership = MembershipThread(client, config, self._commands, self._events, watch)
-        self._thread = threading.Thread(
-            target=self._membership.run,
-            name=f"membership-{name or config.group_instance_id or config.group_id}",
-            daemon=True,
+        self._thread = start_thread(
+            f"membership-{name or config.group_instance_id or config.group_id}",
+            self._membership.run,
         )
-        self._thread.start()
 
     def __enter__(self) -> GroupMember:
         return self

@@ -40,7 +40,7 @@ from ingest.errors import is_transient
 from ingest.handoff.segment import SegmentWriter
 from ingest.handoff.store import HandoffStore
 from ingest.logs import configure_logging
-from ingest.processes import fork_context
+from ingest.processes import fork_context, start_thread
 from ingest.protocol.recordbatch import _records
 from ingest.worker.fetcher import PartitionFetcher
 from ingest.worker.loop import ControlInbox, PartitionWorker
@@ -137,10 +137,7 @@ def worker_main(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     _configure_logging(settings)
     child = _Child()
-    thread = threading.Thread(
-        target=child.control_loop, args=(control,), name="ingest-worker-control", daemon=True
-    )
-    thread.start()
+    start_thread("worker-control", child.control_loop, control)  # ends with the control pipe
 
     def emit(event: Event) -> None:
         events.send(event)

@@ -12,7 +12,7 @@ from typing import Any
 from ingest.config import SparkSection
 from ingest.engines.local.task_pool import LocalFiles, LocalTasks, local_capable, local_decode_spec
 from ingest.errors import ConfigError
-from ingest.processes import TASK_MODULES, preload_in_fork_server
+from ingest.processes import TASK_MODULES, preload_in_fork_server, start_thread
 from ingest.sink.land import Batch, BatchResult, land
 from ingest.sink.table_config import TableConfig
 
@@ -92,8 +92,7 @@ class LocalEngine:
             except Exception as exc:  # the first batch meets the cause, with its context
                 log.warning("local engine warm-up failed: %s", exc)
 
-        self._thread = threading.Thread(target=start, name="ingest-local-start", daemon=True)
-        self._thread.start()
+        self._thread = start_thread("local-start", start)
 
     def jvm_exit_code(self) -> int | None:
         return None  # no JVM

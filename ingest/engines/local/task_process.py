@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 
 from ingest.engines.plan import decode_plan, files_task
-from ingest.processes import pid_alive
+from ingest.processes import pid_alive, start_thread
 
 __all__ = ["PARENT_CHECK_S", "TASK_PROCESS_NAME", "ready", "run_task", "task_process_start"]
 
@@ -41,7 +40,7 @@ def task_process_start(supervisor: int) -> None:
         comm.write(TASK_PROCESS_NAME)
     # A pool process holds both ends of its call queue, so the supervisor's death is no
     # end of file to it: without this it would wait for work forever.
-    threading.Thread(target=_exit_with, args=(supervisor,), daemon=True).start()
+    start_thread("task-parent-watch", _exit_with, supervisor)
 
 
 def _exit_with(supervisor: int) -> None:

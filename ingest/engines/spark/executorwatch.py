@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Any
 
+from ingest.processes import start_thread
+
 __all__ = ["EXECUTORLESS_TIMEOUT", "ExecutorWatch"]
 
 log = logging.getLogger("ingest.supervisor.spark")
@@ -38,7 +40,7 @@ class ExecutorWatch:
         self.interval = interval
         self.fired: float | None = None
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ingest-executor-watch", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def executors(self) -> int:
         """Executors registered with the driver now (its own entry left out)."""
@@ -65,9 +67,10 @@ class ExecutorWatch:
                 return
 
     def __enter__(self) -> ExecutorWatch:
-        self._thread.start()
+        self._thread = start_thread("executor-watch", self._run)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
-        self._thread.join(5)
+        if self._thread is not None:
+            self._thread.join(5)

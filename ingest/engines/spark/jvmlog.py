@@ -29,6 +29,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from ingest.processes import start_thread
+
 __all__ = ["QUIET_SECONDS", "JvmLineAssembler", "JvmOutputRelay", "JvmRecord"]
 
 # A record is complete once the pipe has been quiet this long.
@@ -150,8 +152,7 @@ class JvmOutputRelay:
         self._assembler = JvmLineAssembler()
         self.recent: deque[str] = deque(maxlen=20)
         self._quiet = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ingest-jvm-output", daemon=True)
-        self._thread.start()
+        self._thread = start_thread("jvm-output", self._run)
 
     def launched(self) -> None:
         if self.write_fd >= 0:  # once: the number may belong to another file later

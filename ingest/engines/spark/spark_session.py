@@ -34,7 +34,7 @@ from ingest.config import SparkSection
 from ingest.engines.spark.executorwatch import EXECUTORLESS_TIMEOUT, ExecutorWatch
 from ingest.engines.spark.jvmlog import JvmOutputRelay
 from ingest.errors import SinkError, SparkClusterLost, SparkStartError
-from ingest.processes import pid_alive
+from ingest.processes import pid_alive, start_thread
 from ingest.sink.land import Batch, BatchResult
 from ingest.spark_env import session_settings
 
@@ -312,8 +312,7 @@ class SparkEngine:
         """Starts the session in the background (once)."""
         if self._session is not None or self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._start, name="ingest-spark-start", daemon=True)
-        self._thread.start()
+        self._thread = start_thread("spark-start", self._start)
 
     def _start(self) -> None:
         began = time.monotonic()

@@ -23,6 +23,7 @@ from typing import Any
 
 from ingest.group import Partition
 from ingest.handoff import CorruptRangeReported, SegmentSealed
+from ingest.processes import start_thread
 
 __all__ = [
     "BatchThread",
@@ -163,10 +164,7 @@ class BatchThread:
         self._result: Any = None
         self._error: BaseException | None = None
         self._done = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"ingest-batch-{number}", daemon=True
-        )
-        self._thread.start()
+        self._thread = start_thread(f"batch-{number}", self._run)
 
     def _run(self) -> None:
         try:

@@ -29,6 +29,7 @@ from deltalake import DeltaTable
 from ingest.config import IngestConfig
 from ingest.errors import ConfigError, IngestError
 from ingest.logs import event
+from ingest.processes import start_thread
 from ingest.sink.features import check_table, probe_properties
 from ingest.sink.maintenance.maintain import (
     MaintenanceReport,
@@ -155,10 +156,7 @@ class TableMaintainer:
         if self._thread is None and not batch_running and time.monotonic() >= self.next_at:
             self.next_at = time.monotonic() + self.interval
             self.passes += 1
-            self._thread = threading.Thread(
-                target=self._pass, name=f"maintenance-{self.passes}", daemon=True
-            )
-            self._thread.start()
+            self._thread = start_thread(f"maintenance-{self.passes}", self._pass)
 
     def _pass(self) -> None:
         try:

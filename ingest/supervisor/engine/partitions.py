@@ -23,6 +23,7 @@ is a bug, and raises.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from ingest.handoff import SegmentSealed
 from ingest.supervisor.engine.batches import Item, PendingItems
 from ingest.worker import EndPosition, StartPosition, WorkerHandle
 
-__all__ = ["LIFECYCLE", "Change", "PartitionState", "Phase", "already_durable"]
+__all__ = ["LIFECYCLE", "Change", "PartitionState", "Phase", "already_durable", "range_done"]
 
 
 class Phase(enum.Enum):
@@ -195,3 +196,21 @@ def already_durable(item: Item, durable: int | None) -> bool:
         return item.next_offset - 1 <= durable
     last = item.first_offset if item.last_offset is None else item.last_offset
     return last <= durable
+
+
+def range_done(
+    states: Iterable[PartitionState], in_batch: frozenset[Partition] = frozenset()
+) -> tuple[int, int]:
+    """Records landed and records in the range, over partitions whose range is known."""
+    done = total = 0
+    for state in states:
+        first, end = state.first_offset, state.end_offset
+        if first is None or end is None:
+            continue
+        size = max(end - first, 0)
+        total += size
+        if state.finished and not len(state.pending) and state.partition not in in_batch:
+            done += size
+        elif state.landed_next is not None:
+            done += min(max(state.landed_next - first, 0), size)
+    return done, total

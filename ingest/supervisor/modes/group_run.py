@@ -41,12 +41,12 @@ from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.batches import (
     BatchThread,
 )
-from ingest.supervisor.engine.partitions import Change, PartitionState
+from ingest.supervisor.engine.partitions import Change, PartitionState, range_done
 from ingest.supervisor.engine.runtime import Engine
 from ingest.supervisor.engine.source import RunOutcome
 from ingest.supervisor.modes.offset_commits import OffsetCommits
 from ingest.supervisor.output.metrics import Metrics
-from ingest.supervisor.output.progress import Progress, range_done
+from ingest.supervisor.output.progress import Progress
 from ingest.supervisor.wiring import (
     member_config,
 )

@@ -43,11 +43,11 @@ from ingest.logs import event
 from ingest.sink.durable import txn_versions
 from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.batches import BatchThread
-from ingest.supervisor.engine.partitions import Change, PartitionState
+from ingest.supervisor.engine.partitions import Change, PartitionState, range_done
 from ingest.supervisor.engine.runtime import Engine
 from ingest.supervisor.engine.source import RunOutcome
 from ingest.supervisor.output.metrics import Metrics
-from ingest.supervisor.output.progress import Progress, range_done
+from ingest.supervisor.output.progress import Progress
 from ingest.worker import EndPosition, StartPosition, WorkerStarted
 from ingest.worker.ends import end_offsets
 

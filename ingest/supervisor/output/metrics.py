@@ -41,6 +41,7 @@ from prometheus_client import (
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from ingest.errors import ConfigError
+from ingest.processes import start_thread
 
 __all__ = [
     "METRICS",
@@ -248,10 +249,7 @@ class MetricsServer:
         except OSError as exc:
             raise ConfigError(f"cannot listen on {listen}: {exc}", key="metrics.listen") from exc
         self.address = f"{host}:{self._http.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, name="ingest-metrics", daemon=True
-        )
-        self._thread.start()
+        self._thread = start_thread("metrics", self._http.serve_forever)
 
     def _collect(self) -> None:
         if self._collector is None:

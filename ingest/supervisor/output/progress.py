@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, TaskID, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as Bar
 
-from ingest.group import Partition
 from ingest.logs import event
-from ingest.supervisor.engine.partitions import PartitionState
 from ingest.supervisor.output.terminal import Terminal
 
-__all__ = ["Progress", "range_done"]
+__all__ = ["Progress"]
 
 log = logging.getLogger("ingest.supervisor.output.progress")
 
@@ -32,24 +30,6 @@ def _rate(value: float) -> str:
         if value >= factor:
             return f"{value / factor:.1f}{unit}"
     return f"{value:.0f}"
-
-
-def range_done(
-    states: Iterable[PartitionState], in_batch: frozenset[Partition] = frozenset()
-) -> tuple[int, int]:
-    """Records landed and records in the range, over partitions whose range is known."""
-    done = total = 0
-    for state in states:
-        first, end = state.first_offset, state.end_offset
-        if first is None or end is None:
-            continue
-        size = max(end - first, 0)
-        total += size
-        if state.finished and not len(state.pending) and state.partition not in in_batch:
-            done += size
-        elif state.landed_next is not None:
-            done += min(max(state.landed_next - first, 0), size)
-    return done, total
 
 
 class Progress:

@@ -31,6 +31,8 @@ from types import TracebackType
 from rich.console import Console
 from rich.text import Text
 
+from ingest.processes import start_thread
+
 __all__ = ["Terminal", "on_terminal"]
 
 _PIPE_BYTES = 1 << 20
@@ -69,8 +71,7 @@ class Terminal:
             os.dup2(write_fd, fd)
         os.close(write_fd)
         self._quiet = threading.Event()
-        self._thread = threading.Thread(target=self._relay, name="ingest-terminal", daemon=True)
-        self._thread.start()
+        self._thread = start_thread("terminal", self._relay)
         global _active
         _active = self
 
