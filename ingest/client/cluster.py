@@ -30,7 +30,6 @@ from ingest.client.metadata_cache import (
     ClusterView,
     MetadataCache,
     TopicInfo,
-    named,
     view_from_metadata,
 )
 from ingest.client.offset_lookup import READ_COMMITTED, ListedOffset, list_offsets
@@ -299,7 +298,7 @@ class Cluster:
         if info is None or self.metadata.leader_of(info, partition) is None:
             self._fetch_metadata((topic,))
             info = self.metadata.topics.get(topic, None)
-        context = f"{self._metadata_source}, {named(Partition(topic, partition))}"
+        context = f"{self._metadata_source}, {Partition(topic, partition)}"
         if info is None or info.error_code:
             code = info.error_code if info is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             self.invalidate(topic)

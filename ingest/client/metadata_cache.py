@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from ingest.protocol.error_codes import ErrorCode
 from ingest.protocol.messages import MetadataResponse
-from ingest.protocol.partition import Partition
 
 __all__ = [
     "LEADER_ERRORS",
@@ -23,7 +22,6 @@ __all__ = [
     "MetadataCache",
     "PartitionInfo",
     "TopicInfo",
-    "named",
     "view_from_metadata",
 ]
 
@@ -37,11 +35,6 @@ LEADER_ERRORS = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
 )
-
-
-def named(partition: Partition) -> str:
-    """How client errors name a partition: ``topic t partition 3``."""
-    return f"topic {partition.topic} partition {partition.partition}"
 
 
 @dataclass(frozen=True, slots=True)

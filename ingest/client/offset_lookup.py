@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ingest.client.connection import BrokerConnection, InFlight, expect_response
-from ingest.client.metadata_cache import named
 from ingest.errors import BrokerError, ProtocolError
 from ingest.protocol.error_codes import error_for
 from ingest.protocol.messages import (
@@ -103,7 +102,7 @@ def list_offsets(
                     )
             for tp in tps:
                 if tp not in answered:
-                    raise ProtocolError(f"{context}: no answer for {named(tp)}")
+                    raise ProtocolError(f"{context}: no answer for {tp}")
                 code, offset, timestamp, epoch = answered[tp]
                 if code:
                     info = error_for(code)
@@ -111,7 +110,7 @@ def list_offsets(
                         info.code,
                         info.name,
                         info.retriable,
-                        context=f"{context}, {named(tp)}",
+                        context=f"{context}, {tp}",
                         message=info.description,
                     )
                     if not cluster.note_error(code, tp.topic):

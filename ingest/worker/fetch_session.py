@@ -20,7 +20,7 @@ __all__ = [
     "INITIAL_EPOCH",
     "SESSION_ERRORS",
     "FetchSession",
-    "PartitionState",
+    "SessionPartition",
     "fetch_request",
     "next_epoch",
     "partition_data",
@@ -38,7 +38,9 @@ SESSION_ERRORS = frozenset(
     }
 )
 
-PartitionState = tuple[int, int, int]  # fetch_offset, partition_max_bytes, leader epoch
+# What a fetch session holds of its one partition: fetch_offset, partition_max_bytes,
+# current leader epoch.
+SessionPartition = tuple[int, int, int]
 
 
 def next_epoch(epoch: int) -> int:
@@ -65,8 +67,8 @@ class FetchSession:
         self.enabled = enabled
         self.session_id = 0
         self.epoch = INITIAL_EPOCH if enabled else FINAL_EPOCH
-        self._held: PartitionState | None = None  # what the broker's session holds
-        self._pending: PartitionState | None = None
+        self._held: SessionPartition | None = None  # what the broker's session holds
+        self._pending: SessionPartition | None = None
         self._pending_full = True
 
     def __repr__(self) -> str:
@@ -76,7 +78,7 @@ class FetchSession:
     def is_full(self) -> bool:
         return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
 
-    def next_request(self, state: PartitionState) -> tuple[int, int, bool]:
+    def next_request(self, state: SessionPartition) -> tuple[int, int, bool]:
         """(session_id, session_epoch, include the partition) for the next Fetch."""
         full = self.is_full
         self._pending = state

@@ -147,11 +147,11 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_a_partition_no_longer_owned_keeps_its_counters_but_not_its_gauges() -> None:
     metrics = Metrics()
     for partition in (0, 1):
-        metrics.partition_assigned("t", partition)
+        metrics.partition_assigned(Partition("t", partition))
         metrics.set("ingest_partition_lag", 50, topic="t", partition=partition)
         metrics.set("ingest_partition_committed_offset", 900, topic="t", partition=partition)
         metrics.inc("ingest_records_consumed_total", 1000, topic="t", partition=partition)
-    metrics.retain_partitions([("t", 0)])  # partition 1 went to another member
+    metrics.retain_partitions([Partition("t", 0)])  # partition 1 went to another member
     samples = _samples(metrics.render())
     for partition, owned in ((0, True), (1, False)):
         part = (("partition", str(partition)), ("topic", "t"))
@@ -167,17 +167,17 @@ def test_a_partition_no_longer_owned_keeps_its_counters_but_not_its_gauges() -> 
     # A scrape's collector that still had partition 1 in its rows sets its lag again: the
     # next publication drops it again.
     metrics.set("ingest_partition_lag", 60, topic="t", partition=1)
-    metrics.retain_partitions([("t", 0)])
+    metrics.retain_partitions([Partition("t", 0)])
     part1 = (("partition", "1"), ("topic", "t"))
     assert ("ingest_partition_lag", part1) not in _samples(metrics.render())
     # Assigned again: its gauges start over at zero.
-    metrics.partition_assigned("t", 1)
+    metrics.partition_assigned(Partition("t", 1))
     assert _samples(metrics.render())[("ingest_partition_lag", part1)] == 0
 
 
 def test_metrics_are_served_as_prometheus_text_and_status_as_json() -> None:
     metrics = Metrics()
-    metrics.partition_assigned("t", 0)
+    metrics.partition_assigned(Partition("t", 0))
     baseline = _samples(metrics.render())
     metrics.inc("ingest_records_consumed_total", 5, topic="t", partition=0)
     metrics.inc("ingest_records_consumed_total", 7, topic="t", partition=0)

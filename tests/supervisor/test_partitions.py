@@ -61,7 +61,7 @@ def test_status_follows_the_phase_and_the_worker() -> None:
 def test_the_commit_target_of_a_finished_partition_is_its_end_once_all_landed() -> None:
     s = state(Phase.FINISHED)
     s.finished_next = 20_000
-    s.durable = 19_997  # two control records follow the last row
+    s.durable_next = 19_998  # two control records follow the last row
     assert s.commit_target(in_flight=False) == 20_000
     assert s.commit_target(in_flight=True) == 19_998  # the batch may still fail
 
@@ -75,5 +75,5 @@ def test_a_revoked_finished_partition_commits_only_what_is_durable() -> None:
     s.finished_next = 20_000
     s.abandon = True
     assert s.commit_target(in_flight=False) is None
-    s.durable = 4_999
+    s.durable_next = 5_000
     assert s.commit_target(in_flight=False) == 5_000

@@ -40,6 +40,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from ingest.errors import SinkError
+from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, Source, sources_of, write_data_file
 from ingest.sink.maintenance.rewrite import partition_text
 from ingest.sink.storage import TableLocation
@@ -222,10 +223,11 @@ def _read_bin(
 
 def _merged(sources: Sequence[Source]) -> tuple[Source, ...]:
     """Each Kafka partition's offsets across several files' sources (a bounding range)."""
-    bounds: dict[tuple[str, int], tuple[int, int]] = {}
+    bounds: dict[Partition, tuple[int, int]] = {}
     for s in sources:
-        low, high = bounds.get((s.topic, s.partition), (s.min_offset, s.max_offset))
-        bounds[(s.topic, s.partition)] = (min(low, s.min_offset), max(high, s.max_offset))
+        key = Partition(s.topic, s.partition)
+        low, high = bounds.get(key, (s.min_offset, s.max_offset))
+        bounds[key] = (min(low, s.min_offset), max(high, s.max_offset))
     return tuple(sorted(Source(t, p, lo, hi) for (t, p), (lo, hi) in bounds.items()))
 
 

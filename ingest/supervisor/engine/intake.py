@@ -176,7 +176,7 @@ class Intake:
         if (
             not self.source.overwrite
             and not len(state.pending)
-            and already_durable(item, state.durable)
+            and already_durable(item, state.durable_next)
         ):
             # Fetched again after a restart or a rebalance: the table has it; no Spark needed.
             if following is not None:

@@ -77,7 +77,12 @@ del P, C
 
 @dataclass(eq=False)
 class PartitionState:
-    """The supervisor's view of one owned partition (one incarnation of its ownership)."""
+    """The supervisor's view of one owned partition (one incarnation of its ownership).
+
+    Every offset here is a *next* offset, Kafka's convention for committed offsets: the
+    offset after the last one it speaks of (``end_offset`` is exclusive, ``committed`` is
+    the group's committed offset, ``durable_next`` is the table's txn version + 1).
+    """
 
     partition: Partition
     incarnation: int
@@ -93,7 +98,7 @@ class PartitionState:
     end_offset: int | None = None
     finished_next: int | None = None
     committed: int | None = None
-    durable: int | None = None
+    durable_next: int | None = None  # next offset after the last one durable in the table
     landed_next: int | None = None  # next offset after the last released (durable) item
     # The leader epoch of the last segment landed (-1: unknown): an OffsetCommit of what
     # is durable carries it as committed_leader_epoch (KIP-320).
@@ -130,7 +135,7 @@ class PartitionState:
         segments were dropped, not landed (an ``--until-end`` worker that had fetched to
         the end before the revocation would otherwise commit its end over records the
         table never took)."""
-        target = None if self.durable is None else self.durable + 1
+        target = self.durable_next
         if (
             self.finished
             and self.finished_next is not None
@@ -170,7 +175,7 @@ class PartitionState:
             "state": self.status(),
             "pid": None if self.handle is None else self.handle.pid,
             "committed": self.committed,
-            "durable": self.durable,
+            "durable": None if self.durable_next is None else self.durable_next - 1,
             "position": self.resume_offset,
             "end": self.end_offset,
             "pending_items": len(self.pending),
@@ -188,14 +193,14 @@ class PartitionState:
         return "stopped" if self.phase is Phase.STOPPING else "idle"
 
 
-def already_durable(item: Item, durable: int | None) -> bool:
+def already_durable(item: Item, durable_next: int | None) -> bool:
     """Whether the table's txn version already covers every offset of ``item``."""
-    if durable is None:
+    if durable_next is None:
         return False
     if isinstance(item, SegmentSealed):
-        return item.next_offset - 1 <= durable
+        return item.next_offset <= durable_next
     last = item.first_offset if item.last_offset is None else item.last_offset
-    return last <= durable
+    return last < durable_next
 
 
 def range_done(

@@ -320,7 +320,7 @@ class Engine:
         self._incarnation += 1
         state = PartitionState(partition, self._incarnation, start, end)
         self.states[partition] = state
-        self.metrics.partition_assigned(partition.topic, partition.partition)
+        self.metrics.partition_assigned(partition)
         self.metrics.set("ingest_partitions_assigned", len(self.states))  # not at the next status
         return state
 
@@ -396,7 +396,7 @@ class Engine:
                 continue
             durable = result.durable_offsets.get(partition)
             if durable is not None:
-                state.durable = max(durable, state.durable if state.durable is not None else -1)
+                state.durable_next = max(durable + 1, state.durable_next or 0)
             following = [o for o in (item_next_offset(i) for i in items) if o is not None]
             if following:
                 state.landed_next = max(max(following), state.landed_next or 0)
@@ -472,10 +472,11 @@ class Engine:
             labels = {"topic": partition.topic, "partition": partition.partition}
             if state.committed is not None:
                 self.metrics.set("ingest_partition_committed_offset", state.committed, **labels)
-            if state.durable is not None:
-                self.metrics.set("ingest_partition_durable_offset", state.durable, **labels)
+            if state.durable_next is not None:  # the metric is the last durable offset
+                durable = state.durable_next - 1
+                self.metrics.set("ingest_partition_durable_offset", durable, **labels)
             partitions.append(state.row())
-        self.metrics.retain_partitions((p.topic, p.partition) for p in self.states)
+        self.metrics.retain_partitions(self.states)
         self.metrics.set("ingest_partitions_assigned", len(self.states))
         self.metrics.set("ingest_buffered_bytes", self.cap.held_bytes)
         self._status = {

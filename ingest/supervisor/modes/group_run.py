@@ -252,7 +252,8 @@ class GroupSource:
             end = EndPosition.offset(self.ends[partition]) if self.until_end else None
             state = self.engine.new_state(partition, start, end)
             state.committed = committed[partition]
-            state.durable = durable[partition]
+            version = durable[partition]
+            state.durable_next = None if version is None else version + 1
             if offset is not None and (committed[partition] or 0) < offset:
                 # The table is ahead of the group (a crash between the two commits).
                 repairs[partition] = offset

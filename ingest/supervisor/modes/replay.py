@@ -225,7 +225,8 @@ class ReplaySource:
             start = self._start(partition)
             end = self._end(partition, latest)
             state = self.engine.new_state(partition, start, end)
-            state.durable = self.versions[partition]
+            version = self.versions[partition]
+            state.durable_next = None if version is None else version + 1
             self.engine.spawn(state)
         if partitions:
             self.engine.lander.warm()  # start the JVM while the workers fetch

@@ -42,6 +42,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from ingest.errors import ConfigError
 from ingest.processes import start_thread
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "METRICS",
@@ -132,18 +133,20 @@ class Metrics:
         family = self._families[name]
         return family.labels(**{k: str(v) for k, v in labels.items()}) if labels else family
 
-    def partition_assigned(self, topic: str, partition: int) -> None:
+    def partition_assigned(self, partition: Partition) -> None:
         """Every series of the partition, at zero where it has no value yet."""
         with self._owned_lock:
-            self._owned.add((topic, str(partition)))
+            self._owned.add((partition.topic, str(partition.partition)))
             for name, (_kind, _text, labels) in METRICS.items():
                 if labels == PARTITION:
-                    self._families[name].labels(topic=topic, partition=str(partition))
+                    self._families[name].labels(
+                        topic=partition.topic, partition=str(partition.partition)
+                    )
 
-    def retain_partitions(self, owned: Iterable[tuple[str, int]]) -> None:
+    def retain_partitions(self, owned: Iterable[Partition]) -> None:
         """Drops the ``OWNED`` series of every partition not in ``owned`` (revoked or lost
         since); its counters stay, they count what this process did."""
-        keep = {(topic, str(partition)) for topic, partition in owned}
+        keep = {(p.topic, str(p.partition)) for p in owned}
         with self._owned_lock:
             for topic, partition in self._owned - keep:
                 for name in OWNED:
