@@ -7,10 +7,11 @@ from collections.abc import Iterable, Mapping
 from ingest.client import Cluster
 from ingest.client.connection import expect_response
 from ingest.errors import BrokerError
-from ingest.group import CommittedOffset, Partition
+from ingest.group import CommittedOffset
 from ingest.group.requests import fetch_outcome, offset_fetch_request
 from ingest.protocol.error_codes import error_for
 from ingest.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
+from ingest.protocol.partition import Partition
 
 __all__ = ["as_offsets", "committed_offsets", "committed_value"]
 

@@ -44,7 +44,6 @@ from ingest.group import (
     OffsetsCommitted,
     OffsetsFetched,
     Output,
-    Partition,
     PartitionsRevoked,
     RevocationDone,
     SendRequest,
@@ -54,6 +53,7 @@ from ingest.group import (
 )
 from ingest.group.consumer_events import CONSUMER_INPUT_TYPES, ConsumerInput
 from ingest.membership.link import CoordinatorLink
+from ingest.protocol.partition import Partition
 
 __all__ = ["IDLE_WAIT", "Close", "Command", "MemberStatus", "MembershipThread", "Stopped"]
 

@@ -55,7 +55,6 @@ from ingest.group import (
     OffsetsCommitted,
     OffsetsFetched,
     Output,
-    Partition,
     RevocationDone,
     Subscribe,
 )
@@ -69,6 +68,7 @@ from ingest.membership.driver import (
     Stopped,
 )
 from ingest.processes import start_thread
+from ingest.protocol.partition import Partition
 
 __all__ = ["Event", "GroupMember", "MemberStatus", "check_commit"]
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping
 
-from ingest.group import CommittedOffset, Partition
+from ingest.group import CommittedOffset
 from ingest.logs import event
 from ingest.membership.committed import committed_value
+from ingest.protocol.partition import Partition
 
 __all__ = ["OthersWatch"]
 

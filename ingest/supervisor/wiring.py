@@ -16,7 +16,6 @@ from ingest.group import (
     ConsumerGroupConfig,
     CooperativeStickyAssignor,
     GroupConfig,
-    Partition,
     RangeAssignor,
     RebalanceProtocol,
     RoundRobinAssignor,
@@ -24,6 +23,7 @@ from ingest.group import (
 from ingest.group.assignors import Assignor
 from ingest.handoff import HandoffConfig, HandoffLocation
 from ingest.handoff.space import SpacePlan, Wanted
+from ingest.protocol.partition import Partition
 from ingest.registry import (
     REGISTRY_FORMATS,
     RegisteredSchema,

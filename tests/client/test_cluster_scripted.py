@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ingest.client import ClientConfig, Cluster, Partition
+from ingest.client import ClientConfig, Cluster
 from ingest.errors import BrokerError, KafkaConnectionError
 from ingest.protocol.codec import SUPPORTED_VERSIONS
 from ingest.protocol.headers import RequestHeader
@@ -26,6 +26,7 @@ from ingest.protocol.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
+from ingest.protocol.partition import Partition
 from tests.client.peer import PeerConnection, ScriptedPeer, kafka_script
 
 FIND_COORDINATOR = FindCoordinatorRequest.api_key

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from ingest.client import BrokerConnection, ClientConfig, Cluster, Partition, TlsConfig
+from ingest.client import BrokerConnection, ClientConfig, Cluster, TlsConfig
 from ingest.embedded.managed import free_port
 from ingest.errors import KafkaConnectionError
 from ingest.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ingest.protocol.partition import Partition
 from ingest.testing import ProducedRecord, produce
 from ingest.testing.tls import (
     AdvertisedBroker,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.sink.txn import app_id
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name

@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from ingest.config import IngestConfig, load_config
 from ingest.engines.local.local_engine import LocalEngine
 from ingest.errors import ConfigError
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, SchemaRegistry, create_topic, unique_name, verify_exact
 from tests.runtime.support import group_offsets, write_config

@@ -26,8 +26,8 @@ from deltalake.exceptions import TableNotFoundError
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig, load_config
-from ingest.group import Partition
 from ingest.membership.committed import as_offsets, committed_offsets
+from ingest.protocol.partition import Partition
 from ingest.supervisor.wiring import client_config, fetch_settings
 from ingest.testing import ProducedRecord
 from ingest.testing.configs import write_toml

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env

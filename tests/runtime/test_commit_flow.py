@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from ingest.group import CommitFailed, OffsetsCommitted, Partition
+from ingest.group import CommitFailed, OffsetsCommitted
+from ingest.protocol.partition import Partition
 from ingest.supervisor.engine.runtime import Engine
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, create_topic, produce, set_group_configs
 from tests.runtime.support import (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.supervisor.modes.group_run import group_run
 from ingest.supervisor.output.metrics import Metrics
 from ingest.supervisor.output.status import collect_status

@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from ingest.errors import ConfigError
-from ingest.group import Partition
 from ingest.handoff import CorruptRangeReported, SegmentSealed
 from ingest.logs import JsonFormatter, KeyValueFormatter, event
+from ingest.protocol.partition import Partition
 from ingest.supervisor.engine.batches import PendingItems, item_next_offset, select
 from ingest.supervisor.modes.replay import Position, parse_partitions, parse_position
 from ingest.supervisor.output.metrics import Metrics, MetricsServer

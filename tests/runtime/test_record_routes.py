@@ -14,7 +14,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (

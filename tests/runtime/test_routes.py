@@ -11,7 +11,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from tests.runtime.support import broker_ends, config, group_offsets, write_config

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.group import Partition
 from ingest.membership.member import GroupMember
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, create_topic, produce
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import (

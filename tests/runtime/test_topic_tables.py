@@ -11,7 +11,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, create_topic, produce, unique_name, verify_exact
 from ingest.testing.faults import fault_point_env
 from tests.runtime.support import Cli, config, group_offsets, records, status_json, write_config

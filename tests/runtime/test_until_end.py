@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ingest.config import offsets_topic_partition
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.supervisor.modes.group_run import group_run
 from ingest.supervisor.modes.replay import Position, replay_run
 from ingest.supervisor.output.metrics import Metrics

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from tests.supervisor.support import HEARTBEAT_MS, SESSION_MS
 
 Change = Literal["assign", "revoke", "lost"]

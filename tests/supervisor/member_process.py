@@ -27,13 +27,13 @@ from ingest.group import (
     Fenced,
     Left,
     OffsetsCommitted,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
 )
 from ingest.membership.member import Event, GroupMember
 from ingest.protocol.messages import OffsetCommitRequest
+from ingest.protocol.partition import Partition
 from tests.supervisor.support import client_config, group_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,6 @@ from ingest.group import (
     CooperativeStickyAssignor,
     GroupConfig,
     MemberState,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
@@ -26,6 +25,7 @@ from ingest.group import (
     RoundRobinAssignor,
 )
 from ingest.membership.member import Event, GroupMember
+from ingest.protocol.partition import Partition
 
 SESSION_MS = 2_000
 HEARTBEAT_MS = 300

@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from ingest.group import Partition, PartitionsLost, RebalanceProtocol
+from ingest.group import PartitionsLost, RebalanceProtocol
 from ingest.group.assignors import CooperativeStickyAssignor, RangeAssignor
 from ingest.membership.member import GroupMember
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, TansuBroker, create_topic
 from tests.supervisor.confluent import ConfluentMember
 from tests.supervisor.support import (

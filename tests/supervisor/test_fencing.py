@@ -26,14 +26,7 @@ import pytest
 
 from ingest.client import BrokerConnection
 from ingest.errors import FencedError
-from ingest.group import (
-    CommitFailed,
-    GroupConfig,
-    MemberState,
-    Partition,
-    PartitionsAssigned,
-    PartitionsLost,
-)
+from ingest.group import CommitFailed, GroupConfig, MemberState, PartitionsAssigned, PartitionsLost
 from ingest.group.requests import commit_error, offset_commit_request
 from ingest.membership.member import GroupMember, check_commit
 from ingest.protocol.error_codes import ErrorCode
@@ -61,6 +54,7 @@ from ingest.protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, create_topic, unique_name
 from tests.brokers import BROKERS, server_for, tansu_deviates
 from tests.client.peer import PeerConnection, ScriptedPeer, kafka_script

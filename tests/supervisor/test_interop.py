@@ -84,7 +84,6 @@ from ingest.group import (
     Left,
     MemberState,
     OffsetsFetched,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     RangeAssignor,
@@ -92,6 +91,7 @@ from ingest.group import (
 )
 from ingest.membership.member import Event, GroupMember, check_commit
 from ingest.protocol.messages import LeaveGroupRequest
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, TansuBroker, create_topic, set_group_configs
 from ingest.worker import FetchSettings, PartitionFetcher, StartPosition
 from tests.brokers import tansu_deviates

@@ -19,12 +19,12 @@ from ingest.group import (
     MemberState,
     OffsetsCommitted,
     OffsetsFetched,
-    Partition,
     PartitionsAssigned,
     PartitionsRevoked,
 )
 from ingest.membership.member import GroupMember, check_commit
 from ingest.protocol.messages import HeartbeatRequest, LeaveGroupRequest, OffsetCommitRequest
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, create_topic
 from tests.brokers import tansu_deviates
 from tests.supervisor.support import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.supervisor.engine.partitions import LIFECYCLE, Change, PartitionState, Phase
 from ingest.worker import StartPosition
 

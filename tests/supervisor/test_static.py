@@ -23,14 +23,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from ingest.group import (
-    Left,
-    OffsetsFetched,
-    Partition,
-    PartitionsRevoked,
-)
+from ingest.group import Left, OffsetsFetched, PartitionsRevoked
 from ingest.membership.member import Event, GroupMember, check_commit
 from ingest.protocol.messages import LeaveGroupRequest
+from ingest.protocol.partition import Partition
 from ingest.testing import create_topic, unique_name
 from tests.brokers import BROKERS, server_for, tansu_deviates
 from tests.supervisor.support import (

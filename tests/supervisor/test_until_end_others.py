@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ingest.group import CommittedOffset, Partition
+from ingest.group import CommittedOffset
 from ingest.membership.until_end import CHECK_EVERY_S, OthersWatch
+from ingest.protocol.partition import Partition
 
 P0, P1, P2, P3 = (Partition("t", n) for n in range(4))
 

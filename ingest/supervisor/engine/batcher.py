@@ -16,9 +16,9 @@ from typing import Any
 from ingest.config import TriggerSection
 from ingest.engines.landing import LandingEngine
 from ingest.faults import fault_point
-from ingest.group import Partition
 from ingest.handoff import HandoffStore
 from ingest.logs import event
+from ingest.protocol.partition import Partition
 from ingest.sink.durable import lowest_durable
 from ingest.sink.land import BatchResult
 from ingest.sink.table_config import Router, TableConfig

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.group import Partition
 from ingest.handoff import CorruptRangeReported, SegmentSealed
 from ingest.processes import start_thread
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "BatchThread",

@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.group import Partition
 from ingest.handoff import SegmentSealed
+from ingest.protocol.partition import Partition
 from ingest.supervisor.engine.batches import Item, PendingItems
 from ingest.worker import EndPosition, StartPosition, WorkerHandle
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from ingest.config import WorkerSection
 from ingest.errors import ConfigError, is_transient
-from ingest.group import Partition
 from ingest.handoff import CorruptRangeReported, HandoffError, HandoffStore, SegmentSealed
 from ingest.logs import event
 from ingest.processes import BASE_FDS, FDS_PER_WORKER, open_files_limit, start_fork_server
+from ingest.protocol.partition import Partition
 from ingest.supervisor.engine.backpressure import CapDecision, GlobalBufferCap
 from ingest.supervisor.engine.batches import Item, item_id
 from ingest.supervisor.engine.partitions import Change, PartitionState

@@ -14,10 +14,10 @@ from ingest.config import IngestConfig
 from ingest.engines.landing import choose_engine
 from ingest.errors import ConfigError, IngestError, SparkClusterLost, SparkStartError
 from ingest.faults import fault_point
-from ingest.group import Partition
 from ingest.handoff import HandoffStore, SegmentSealed
 from ingest.logs import event
 from ingest.processes import raise_open_files_limit, start_fork_server
+from ingest.protocol.partition import Partition
 from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.backpressure import GlobalBufferCap
 from ingest.supervisor.engine.batcher import Batcher, owner_of

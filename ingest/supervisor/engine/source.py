@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ingest.group import Partition
+from ingest.protocol.partition import Partition
 from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.batches import BatchThread
 from ingest.supervisor.engine.partitions import PartitionState

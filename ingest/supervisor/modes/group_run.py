@@ -26,7 +26,6 @@ from ingest.group import (
     MemberState,
     OffsetFetchFailed,
     OffsetsCommitted,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
@@ -36,6 +35,7 @@ from ingest.membership.committed import committed_value
 from ingest.membership.member import GroupMember
 from ingest.membership.until_end import OthersWatch
 from ingest.protocol.codec import API_NAMES
+from ingest.protocol.partition import Partition
 from ingest.sink.durable import start_offset, txn_versions
 from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.batches import (

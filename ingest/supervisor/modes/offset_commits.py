@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from ingest.errors import GroupError
 from ingest.faults import fault_point
-from ingest.group import CommitFailed, OffsetsCommitted, Partition
+from ingest.group import CommitFailed, OffsetsCommitted
 from ingest.logs import event
 from ingest.membership.member import GroupMember, check_commit
+from ingest.protocol.partition import Partition
 from ingest.supervisor.engine.partitions import PartitionState
 from ingest.supervisor.engine.runtime import Engine
 

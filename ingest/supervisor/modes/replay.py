@@ -38,8 +38,8 @@ from typing import Any, Literal
 from ingest.client.admin import source_topics, topic_partitions
 from ingest.config import IngestConfig
 from ingest.errors import ConfigError
-from ingest.group import Partition
 from ingest.logs import event
+from ingest.protocol.partition import Partition
 from ingest.sink.durable import txn_versions
 from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.batches import BatchThread

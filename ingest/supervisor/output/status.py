@@ -31,8 +31,8 @@ from ingest.client import ClientConfig, Cluster
 from ingest.client.admin import describe_group, source_topics, topic_partitions
 from ingest.config import IngestConfig, offsets_topic_partition
 from ingest.errors import IngestError
-from ingest.group import Partition
 from ingest.membership.committed import as_offsets, committed_offsets
+from ingest.protocol.partition import Partition
 from ingest.sink.durable import start_offset, txn_versions
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
