@@ -72,7 +72,8 @@ def missing_paths(markdown: str, root: Path = ROOT) -> list[str]:
 def test_every_named_path_exists(doc: str) -> None:
     text = (ROOT / doc).read_text(encoding="utf-8")
     assert named_paths(text), f"{doc} names no path: is the extraction broken?"
-    assert missing_paths(text) == [], f"{doc} names paths that do not exist"
+    missing = missing_paths(text)
+    assert missing == [], f"{doc} names paths that do not exist: {missing}"
 
 
 def test_a_wrong_path_is_caught() -> None:

@@ -2,8 +2,9 @@
 
 ``BrokerConnection`` is one connection to one broker (framing, pipelining,
 timeouts, version negotiation, TLS, SASL); ``Cluster`` bootstraps, keeps the
-metadata and leader cache (``metadata.py``), lists offsets per leader
-(``offsets.py``) and finds coordinators (``coordinators.py``). Both are
+metadata and leader cache (``metadata_cache.py``), lists offsets per leader
+(``offset_lookup.py``) and finds coordinators (``coordinators.py``); ``admin.py``
+reads topics and describes groups. Both are
 single-owner and start no thread. ``Partition`` is
 ``ingest.protocol.partition.Partition``, re-exported.
 """

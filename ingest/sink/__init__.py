@@ -1,18 +1,19 @@
 """The Delta sink: the landing protocol and driver-side commits through delta-rs.
 
 ``land.py`` (the landing protocol: ``Batch`` in, ``BatchResult`` out; dead letters
-first, then the table, for append, overwrite and upsert, and orphan cleanup;
-the data files come from a ``FileWriter``), ``config.py`` (``TableConfig``),
-``txn.py`` (app ids, txn version arithmetic), ``storage.py`` (a
-table's location as a pyarrow filesystem), ``files.py`` (Parquet data files
-written outside delta-rs, with stats and provenance), ``delta.py``
-(``DeltaTarget``: txn versions and the commit retry loop, re-filtering after a
-lost race), ``rewrite.py`` (data files rewritten without some rows: the
-overwrite's cut, the re-filter), ``schema.py`` (additive schema evolution),
-``txnlog.py`` (when each txn was written, from the Delta log), ``merge.py``
-(upsert mode) and ``deadletter.py`` (the dead-letter table). The Spark job in
-``spark_jobs`` supplies the writer; this package never imports Spark. Results are
-keyed by ``Partition`` (``ingest.protocol.partition``, re-exported).
+first, then the table, for append, overwrite and upsert, and orphan cleanup; the
+data files come from a ``FileWriter``), ``delta.py`` (``DeltaTarget``: txn versions
+and the commit retry loop, re-filtering after a lost race), ``txn.py`` (app ids, txn
+version arithmetic, the txn actions of a commit), ``durable.py`` (the txn version of
+each partition, and where a worker starts), ``table_config.py`` (``TableConfig``),
+``storage.py`` (a table's location as a pyarrow filesystem), ``files.py`` (Parquet
+data files written outside delta-rs, with stats and provenance), ``evolution.py``
+(additive schema evolution), ``features.py`` (the Delta table features written
+through or refused), ``txnlog.py`` (when each txn was written, from the Delta log),
+``merge.py`` (upsert mode), ``deadletter.py`` (the dead-letter table) and
+``maintenance/`` (compaction, rewrites without some rows, one maintenance pass). The
+engines (``ingest.engines``) supply the writer; this package never imports Spark.
+Results are keyed by ``Partition`` (``ingest.protocol.partition``, re-exported).
 """
 
 from __future__ import annotations

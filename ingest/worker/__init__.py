@@ -2,10 +2,12 @@
 
 ``fetcher.py`` is the fetch loop (Fetch, decoding, recovery) over
 ``positions.py`` (start and end positions; the broker answers checked rather than
-trusted), ``session.py`` (the KIP-227 fetch session), ``window.py`` (cutting an
+trusted), ``fetch_session.py`` (the KIP-227 fetch session), ``window.py`` (cutting an
 answer to the run) and ``results.py`` (what a poll returns); ``loop.py`` drives
 it into a ``SegmentWriter`` under controls and backpressure, ``process.py`` runs
-that in a spawned process and gives the parent a ``WorkerHandle``.
+that in a spawned process and gives the parent a ``WorkerHandle``. ``truncation.py``
+validates a restored position with OffsetForLeaderEpoch; ``ends.py`` reads where
+partitions end now.
 """
 
 from ingest.worker.fetch_session import FetchSession

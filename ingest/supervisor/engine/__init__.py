@@ -7,10 +7,11 @@ loop that collects their sealed segments, starts a Spark batch when the
 its own thread, so the loop keeps reading workers and the group meanwhile),
 releases the segments once the batch is durable in Delta, restarts crashed
 workers, and stops gracefully. Each partition's lifecycle is a table
-(``partitions.LIFECYCLE``); every config conversion is in ``settings``.
+(``partitions.LIFECYCLE``); every config conversion is in ``ingest.supervisor.wiring``.
 
 Where partitions come from is the engine's ``Source``, plugged in, not subclassed:
-``group_run.GroupSource`` (``ingest run``) or ``replay.ReplaySource``.
+``ingest.supervisor.modes.group_run.GroupSource`` (``ingest run``) or
+``ingest.supervisor.modes.replay.ReplaySource``.
 
 The group source adds the consumer group: partitions come and go
 with rebalances, a worker starts at max(committed offset, txn version + 1)
