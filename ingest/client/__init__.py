@@ -1,4 +1,5 @@
-"""The client layer: the only part of ingest that opens sockets.
+"""The client layer: the sockets to the Kafka cluster (the schema registry client and the
+embedded servers' readiness probe open their own).
 
 ``BrokerConnection`` is one connection to one broker (framing, pipelining,
 timeouts, version negotiation, TLS, SASL); ``Cluster`` bootstraps, keeps the

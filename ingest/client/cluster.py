@@ -8,8 +8,8 @@ when a broker answers NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
 LEADER_NOT_AVAILABLE (or a leader-epoch error) for it, and for every topic led
 by a broker whose connection was lost.
 
-Its parts: ``metadata.py`` (what Metadata answers say, and the cache of them),
-``offsets.py`` (ListOffsets per leader), ``coordinators.py`` (FindCoordinator).
+Its parts: ``metadata_cache.py`` (what Metadata answers say, and the cache of them),
+``offset_lookup.py`` (ListOffsets per leader), ``coordinators.py`` (FindCoordinator).
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ class Cluster:
     def leader_connection(self, topic: str, partition: int) -> BrokerConnection:
         return self.connection(self.leader(topic, partition).node_id)
 
-    # -- ListOffsets and coordinators (offsets.py, coordinators.py) ------------------------
+    # -- ListOffsets and coordinators (offset_lookup.py, coordinators.py) ------------------------
 
     def list_offsets(
         self,

@@ -22,7 +22,7 @@ The package, by job (import every name from ``ingest.config``):
   pydantic's errors as ours (``config_error``), secrets from the environment, the checks
   across keys.
 * ``render.py``: ``render_config`` for ``--print-config``, ``toml_value``.
-* ``schema.py``: ``config_schema``, the JSON Schema; ``docs.py`` writes
+* ``config_schema.py``: ``config_schema``, the JSON Schema; ``docs.py`` writes
   ``docs/configuration.md`` from it.
 """
 

@@ -1,4 +1,4 @@
-"""``docs/configuration.md``, written from the config's JSON Schema (``schema.py``).
+"""``docs/configuration.md``, written from the config's JSON Schema (``config_schema.py``).
 
 Regenerate with ``python -m ingest.config.docs > docs/configuration.md``;
 ``tests/test_config_schema.py`` fails while the file differs from what this writes.

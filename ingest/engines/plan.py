@@ -7,7 +7,7 @@ segments, or a row range of them: ``tasks.group_segments``), what the table alre
 Parquet with pyarrow straight into the table's location, described as (kind, DataFile
 JSON) pairs, and a ``columns`` pair when a writer's schema added columns (the Arrow
 schema of those, ``added_schema``). Spark runs it as an RDD task (``job.py``), the local engine in a process of
-its own pool (``local.py``), the Python Data Source reads plans too (``source.py``).
+its own pool (``local/task_pool.py``), the Python Data Source reads plans too (``spark/python_worker/segment_source.py``).
 
 File names carry the plan token and the task index, so a retried task overwrites its own
 files.

@@ -1,11 +1,11 @@
 """The membership thread's loop: ``GroupMachine`` (classic protocol) or ``ConsumerMachine``
 (KIP-848, when the member's config is a ``ConsumerGroupConfig``) fed the time, the
-caller's commands and the coordinator's answers (``GroupMember`` in ``membership.py`` starts it; its module
+caller's commands and the coordinator's answers (``GroupMember`` in ``member.py`` starts it; its module
 docstring tells the whole story).
 
 ``MembershipThread`` is everything the thread owns: the machine, the outputs
 waiting to be acted on, where each commit's and offset fetch's answer goes, the
-close in progress, and its ``CoordinatorLink`` (``membership_io.py``). The
+close in progress, and its ``CoordinatorLink`` (``link.py``). The
 caller's thread shares only the two queues, ``status`` (replaced whole after
 every step) and the link's request counts.
 """
@@ -147,7 +147,7 @@ class MembershipThread:
             self.link.open()
             while not self._finished():
                 command = self._wait_for_command()
-                # See membership.py's docstring: time first, so a stall is noticed before a commit.
+                # See member.py's docstring: time first, so a stall is noticed before a commit.
                 self._handle(Tick())
                 while command is not None:
                     self._apply(command)

@@ -1,4 +1,4 @@
-"""The membership thread's exchanges with the cluster (``membership_thread.py`` runs them).
+"""The membership thread's exchanges with the cluster (``driver.py`` runs them).
 
 ``CoordinatorLink`` owns the thread's ``Cluster`` and the coordinator connection
 (connections are single-owner: only the membership thread calls it). Each

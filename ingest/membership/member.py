@@ -30,8 +30,8 @@ thread itself was stalled past the session timeout (the process was stopped,
 say), the partitions are declared lost before any commit could go out for a
 generation that may have moved on.
 
-This module is the caller's side; the thread's loop is ``membership_thread.py``
-and its exchanges with the cluster ``membership_io.py``.
+This module is the caller's side; the thread's loop is ``driver.py``
+and its exchanges with the cluster ``link.py``.
 """
 
 from __future__ import annotations

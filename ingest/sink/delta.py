@@ -15,7 +15,7 @@ source partition. The loop it runs, until the commit lands or gives up:
 3. Keep only txn versions above the table's (never move a version back). With
    no file and no txn left, the batch is already durable: nothing is committed.
 4. Check that every file exists with its size (delta-rs does not), commit, adding the
-   batch's new columns to the schema in the same commit (``schema.py``).
+   batch's new columns to the schema in the same commit (``evolution.py``).
 5. ``CommitFailedError`` (a concurrent transaction conflicted, e.g. one that
    wrote the same app ids) or a lost creation race: back off and go to 1.
 

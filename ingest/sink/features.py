@@ -15,7 +15,7 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
   as another row's value). A delta-rs MERGE checks them and fails the batch whole.
 - deletion vectors: appends add new files (no vector needed), a delta-rs MERGE
   honours the vectors of the files it rewrites (no deleted row comes back); but
-  rewriting files (compaction, ``compact.py``; an overwrite's cut, ``rewrite.py``)
+  rewriting files (compaction, ``maintenance/compact.py``; an overwrite's cut, ``maintenance/rewrite.py``)
   reads raw Parquet and would bring deleted rows back.
 - change data feed: appends need no cdc files (readers derive inserts from adds);
   a delta-rs MERGE writes update pre/post images and deletes.

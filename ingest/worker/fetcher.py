@@ -9,7 +9,7 @@ has been processed, so an unprocessed prefetch can always be dropped.
 
 Its parts: ``positions.py`` resolves the start and end (and where a reset
 goes), with every broker answer it does not trust checked in one section;
-``session.py`` is the KIP-227 fetch session (used when the broker grants one)
+``fetch_session.py`` is the KIP-227 fetch session (used when the broker grants one)
 and the shape of the Fetch; ``window.py`` cuts decoded batches to the run.
 
 Errors: OFFSET_OUT_OF_RANGE applies ``auto_offset_reset`` (logged with both

@@ -1,7 +1,7 @@
-"""What runs inside a local-engine task process (``local.py`` runs the pool): the process's
+"""What runs inside a local-engine task process (``task_pool.py`` runs the pool): the process's
 start (its name, and its exit when the supervisor is gone) and one files task.
 
-Kept apart from ``local.py`` so a task process imports only the task's modules
+Kept apart from ``task_pool.py`` so a task process imports only the task's modules
 (``plan.py``: pyarrow, the decoder, the Parquet writer), not the driver's (the landing
 protocol, delta-rs's MERGE, pyarrow.dataset and pandas behind it).
 """

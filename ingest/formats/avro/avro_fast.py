@@ -1,4 +1,4 @@
-"""The fast route of ``avro.py``: datums of one writer's schema read by polars' Rust
+"""The fast route of ``avro_values.py``: datums of one writer's schema read by polars' Rust
 Avro reader, from an object container built in memory with Arrow compute.
 
 Up to ``CHUNK`` datums go in one block. A block gives the reader no datum boundaries: a

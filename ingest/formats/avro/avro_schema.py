@@ -1,4 +1,4 @@
-"""Avro schemas as Arrow columns, Spark's ``from_avro`` conventions (see ``avro.py``)."""
+"""Avro schemas as Arrow columns, Spark's ``from_avro`` conventions (see ``avro_values.py``)."""
 
 from __future__ import annotations
 

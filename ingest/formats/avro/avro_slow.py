@@ -1,4 +1,4 @@
-"""The slow route of ``avro.py``: fastavro, a record at a time, for what polars cannot
+"""The slow route of ``avro_values.py``: fastavro, a record at a time, for what polars cannot
 read (maps, unions of several types, time types); values converted to Spark's columns."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Protobuf writers' schemas: the registry's answer to a descriptor pool, and a message's
-fields to Arrow columns (see ``protobuf.py`` for the choices and docs/protobuf.md).
+fields to Arrow columns (see ``protobuf_values.py`` for the choices and docs/protobuf.md).
 
 A registered Protobuf schema is one ``.proto`` file. The registry gives it as a base64
 serialized ``FileDescriptorProto`` (Apicurio, and Confluent's registry when asked for

@@ -71,7 +71,7 @@ class Engine:
         maintenance: bool = False,
     ) -> None:
         self.config = config
-        # Table maintenance between batches (``ingest run``; ``maintenance.py``).
+        # Table maintenance between batches (``ingest run``; ``maintainer.py``).
         self.maintainer = TableMaintainer(config) if maintenance else None
         self.client = client_config(config)
         self.router = table_router(
