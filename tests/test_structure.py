@@ -128,10 +128,11 @@ INSIDE: dict[str, dict[str, set[str]]] = {
         "modes": {"wiring", "output", "engine"},
     },
     "ingest.engines": {
+        "drive": set(),
         "plan": set(),
         "tasks": {"plan"},
-        "local": {"plan", "tasks"},
-        "spark": {"plan", "tasks"},
+        "local": {"drive", "plan", "tasks"},
+        "spark": {"drive", "plan", "tasks"},
         "landing": {"local", "spark"},
     },
 }

@@ -2,7 +2,7 @@
 
 ``land.py`` (the landing protocol: ``Batch`` in, ``BatchResult`` out; dead letters
 first, then the table, for append, overwrite and upsert, and orphan cleanup; the
-data files come from a ``FileWriter``), ``delta.py`` (``DeltaTarget``: txn versions
+data files come from the engine that drives it), ``delta.py`` (``DeltaTarget``: txn versions
 and the commit retry loop, re-filtering after a lost race), ``txn.py`` (app ids, txn
 version arithmetic, the txn actions of a commit), ``durable.py`` (the txn version of
 each partition, and where a worker starts), ``table_config.py`` (``TableConfig``),
@@ -12,7 +12,8 @@ data files written outside delta-rs, with stats and provenance), ``evolution.py`
 through or refused), ``txnlog.py`` (when each txn was written, from the Delta log),
 ``merge.py`` (upsert mode), ``deadletter.py`` (the dead-letter table) and
 ``maintenance/`` (compaction, rewrites without some rows, one maintenance pass). The
-engines (``ingest.engines``) supply the writer; this package never imports Spark.
+engines (``ingest.engines``) write the files and drive the landing; this package never
+imports Spark.
 Results are keyed by ``Partition`` (``ingest.protocol.partition``, re-exported).
 """
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from ingest.sink.deadletter import DEAD_LETTER_SCHEMA
     from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
     from ingest.sink.files import DataFile, Source, write_data_files
-    from ingest.sink.land import Batch, BatchResult, FileWriter
+    from ingest.sink.land import Batch, BatchResult, Landing
     from ingest.sink.merge import upsert
     from ingest.sink.storage import TableLocation
     from ingest.sink.table_config import TableConfig
@@ -42,7 +43,7 @@ _EXPORTS = {
     "DEAD_LETTER_SCHEMA": "ingest.sink.deadletter",
     "DataFile": "ingest.sink.files",
     "DeltaTarget": "ingest.sink.delta",
-    "FileWriter": "ingest.sink.land",
+    "Landing": "ingest.sink.land",
     "Partition": "ingest.protocol.partition",
     "Source": "ingest.sink.files",
     "StaleBatchError": "ingest.sink.delta",
@@ -68,7 +69,7 @@ __all__ = [
     "CommitOutcome",
     "DataFile",
     "DeltaTarget",
-    "FileWriter",
+    "Landing",
     "Partition",
     "Source",
     "StaleBatchError",

@@ -1,14 +1,16 @@
 """The landing protocol: one batch of segments into one Delta table, exactly once.
 
-``land(batch, writer) -> BatchResult``. A ``FileWriter`` turns the segments into
-data files (the Spark job supplies one, ``ingest.engines.spark.job``); the rest is here.
+``landing(batch)`` is a generator, sans-I/O for the data files: it yields a
+``WriteRequest``, the engine that drives it (``ingest.engines.drive``) writes those files
+with its tasks and sends back ``WrittenFiles``, and it returns the ``BatchResult``. The
+sink never calls up into an engine; the rest is here.
 Steps, each timed in ``BatchResult.stage_seconds`` (the names are metric labels):
 
 1. ``plan``: read the txn version of every source partition from the table and
    from the dead-letter table (an overwrite reads none: it writes its whole
    range again); segments whose records are all at or below the table's version
    are left out, and the writer plans its tasks for the rest.
-2. ``spark``: the writer's tasks read, filter (what each table holds already),
+2. ``spark``: the engine's tasks (planned and run between the yield and the send) read, filter (what each table holds already),
    decode and write the data files and the dead letters they find. They return
    the files, and the rows a SQL transform marked in ``_dead_letter``.
 3. ``dead_letters``: the driver's dead letters (corrupt batches, from their raw
@@ -53,9 +55,9 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 
@@ -84,10 +86,10 @@ __all__ = [
     "STAGING",
     "Batch",
     "BatchResult",
-    "FileWriter",
+    "Landing",
     "WriteRequest",
     "WrittenFiles",
-    "land",
+    "landing",
 ]
 
 log = logging.getLogger("ingest.sink")
@@ -195,12 +197,8 @@ class WrittenFiles:
     path: str
 
 
-class FileWriter(Protocol):
-    """Turns segments into data files (``ingest.engines.spark.job.SparkFiles``)."""
-
-    def plan(self, request: WriteRequest) -> Callable[[], WrittenFiles]:
-        """The tasks for ``request``; calling the result runs them."""
-        ...
+# Yields what to write, is sent what was written, returns the batch's result.
+Landing = Generator[WriteRequest, WrittenFiles, BatchResult]
 
 
 class _Stages:
@@ -218,11 +216,12 @@ class _Stages:
         return dict(self.seconds)
 
 
-def land(batch: Batch, writer: FileWriter) -> BatchResult:
-    """Lands ``batch`` in its table with ``writer`` (see the module docstring)."""
+def landing(batch: Batch) -> Landing:
+    """Lands ``batch`` in its table, its files written by whoever drives it (see the
+    module docstring); a stale batch is redone from its segments."""
     for attempt in range(1, _STALE_ATTEMPTS + 1):
         try:
-            result = _Landing(batch).run(writer)
+            result = yield from _Landing(batch).run()
         except StaleBatchError as exc:
             log.info("%s: redoing the batch: %s", batch.table.uri, exc)
             continue
@@ -254,13 +253,12 @@ class _Landing:
             self.config.uri, self.config.group, topic, partition
         )
 
-    def run(self, writer: FileWriter) -> BatchResult:
+    def run(self) -> Landing:
         batch, main, dead = self.batch, self.main, self.dead
         stages = _Stages()
         started = time.perf_counter()
         planned, dead_planned = self._planned()
         request = self._request(planned, dead_planned)
-        run = writer.plan(request)
         started = stages.lap("plan", started)
 
         data_files: list[DataFile] = []
@@ -269,10 +267,10 @@ class _Landing:
         # for this attempt are deleted if it fails.
         dead_handed_over = main_handed_over = False
         try:
-            written = run()
+            written = yield request  # the engine's tasks write the files
             data_files.extend(written.data)
             dead_files.extend(written.dead)
-            started = stages.lap("spark", started)  # the writer's tasks (a metric label)
+            started = stages.lap("spark", started)  # the engine's tasks (a metric label)
 
             extra, source = self._driver_dead_letters(written, request)
             if extra:

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from ingest.engines.drive import drive_landing
 from ingest.engines.plan import encode_plan
 from ingest.engines.spark.python_worker.segment_source import ReadPlan, read_task
 from ingest.engines.tasks import group_segments
@@ -24,7 +25,7 @@ from ingest.protocol.recordbatch.records import RECORD_SCHEMA
 from ingest.sink.deadletter import STAGE_TRANSFORM, Rejected, dead_letters
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import DataFile, write_data_files
-from ingest.sink.land import Batch, WriteRequest, WrittenFiles, land
+from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import TableConfig
 from ingest.sink.txn import app_id
@@ -33,13 +34,21 @@ TOPIC = "t"
 BAD = b"\xff\xfe"  # not UTF-8: a decode dead letter in "string" format
 
 
+def land(batch: Batch, files: LocalFiles) -> BatchResult:
+    """The landing of ``batch``, driven as an engine drives it, with ``files`` writing."""
+    return drive_landing(batch, files.write)
+
+
 class LocalFiles:
-    """A ``FileWriter`` running the plan's tasks here, one after the other (as
+    """The landing's writes, running the plan's tasks here, one after the other (as
     ``source.files_task`` does); rows at the offsets in ``reject`` are reported as rows a
     transform marked in ``_dead_letter``, not written."""
 
     def __init__(self, reject: tuple[int, ...] = ()) -> None:
         self.reject = reject
+
+    def write(self, request: WriteRequest) -> WrittenFiles:
+        return self.plan(request)()
 
     def plan(self, request: WriteRequest) -> Callable[[], WrittenFiles]:
         plan = ReadPlan(

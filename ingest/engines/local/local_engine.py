@@ -10,10 +10,11 @@ import threading
 from typing import Any
 
 from ingest.config import SparkSection
+from ingest.engines.drive import drive_landing
 from ingest.engines.local.task_pool import LocalFiles, LocalTasks, local_capable, local_decode_spec
 from ingest.errors import ConfigError
 from ingest.processes import TASK_MODULES, preload_in_fork_server, start_thread
-from ingest.sink.land import Batch, BatchResult, land
+from ingest.sink.land import Batch, BatchResult
 from ingest.sink.table_config import TableConfig
 
 __all__ = ["LocalEngine", "local_cores"]
@@ -108,7 +109,7 @@ class LocalEngine:
             if spec is None:  # ``choose`` checked every route's table
                 raise ConfigError(f"{table.uri}: only Spark can decode this table's values")
             self._specs[key] = spec
-        return land(batch, LocalFiles(self.tasks, spec))
+        return drive_landing(batch, LocalFiles(self.tasks, spec).write)
 
     def stop(self) -> None:
         if self._thread is not None:

@@ -134,11 +134,14 @@ class LocalTasks:
 
 
 class LocalFiles:
-    """The landing protocol's ``FileWriter`` on the local engine (the arrow path)."""
+    """The landing's writes (``ingest.engines.drive``) on the local engine (the arrow path)."""
 
     def __init__(self, tasks: LocalTasks, spec: DecodeSpec) -> None:
         self.tasks = tasks
         self.spec = spec
+
+    def write(self, request: WriteRequest) -> WrittenFiles:
+        return self.plan(request)()
 
     def plan(self, request: WriteRequest) -> Callable[[], WrittenFiles]:
         tasks: tuple[SegmentTask, ...] = group_segments(

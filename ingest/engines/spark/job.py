@@ -46,6 +46,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.engines.drive import drive_landing
 from ingest.engines.plan import (
     FILES_SCHEMA,
     KIND_DATA,
@@ -61,7 +62,7 @@ from ingest.errors import ConfigError
 from ingest.formats.decode import DecodeSpec, table_spec
 from ingest.sink.deadletter import Rejected
 from ingest.sink.files import DataFile, read_data_file_footer, write_data_files
-from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles, land
+from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DEAD_LETTER_COLUMN, DELETE_COLUMN, FIELD_FORMATS, TableConfig
 
@@ -158,17 +159,20 @@ def run_batch(spark: Any, batch: Batch, *, path: str | None = None) -> BatchResu
         raise ValueError(f"path must be arrow or spark, not {path!r}")
     if config.transform and path == "arrow":
         raise ValueError("a transform needs the spark path")
-    return land(batch, SparkFiles(spark, config, decode_spec(spark, config), path))
+    return drive_landing(batch, SparkFiles(spark, config, decode_spec(spark, config), path).write)
 
 
 class SparkFiles:
-    """The landing protocol's ``FileWriter``: the batch's tasks on a Spark session."""
+    """The landing's writes (``ingest.engines.drive``): the batch's tasks on a Spark session."""
 
     def __init__(self, spark: Any, config: TableConfig, spec: DecodeSpec, path: str) -> None:
         self.spark = spark
         self.config = config
         self.spec = spec
         self.path = path
+
+    def write(self, request: WriteRequest) -> WrittenFiles:
+        return self.plan(request)()
 
     def plan(self, request: WriteRequest) -> Callable[[], WrittenFiles]:
         tasks = group_segments(
