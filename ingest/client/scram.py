@@ -34,6 +34,11 @@ _HASHES = {"SCRAM-SHA-1": "sha1", "SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "s
 _GS2_HEADER = b"n,,"
 
 
+# The most iterations a SCRAM credential may have in Apache Kafka (ScramMechanism's
+# maxIterations): a server asking for more is refused before any hashing.
+MAX_ITERATIONS = 16384
+
+
 def sasl_failure(message: str, *, context: str = "") -> BrokerError:
     """SASL_AUTHENTICATION_FAILED raised by the client side (not sent by the broker)."""
     code = ErrorCode.SASL_AUTHENTICATION_FAILED
@@ -126,6 +131,7 @@ class ScramClient:
         mechanism: str = "SCRAM-SHA-256",
         nonce: str | None = None,
         min_iterations: int = 4096,
+        max_iterations: int = MAX_ITERATIONS,
         context: str = "",
     ) -> None:
         if mechanism not in _HASHES:
@@ -138,6 +144,7 @@ class ScramClient:
         if not self._nonce or "," in self._nonce:
             raise ValueError("a SCRAM nonce must be non-empty printable text without ','")
         self._min_iterations = min_iterations
+        self._max_iterations = max_iterations
         self._context = context
         self._state = "initial"
         self._client_first_bare = ""
@@ -188,6 +195,13 @@ class ScramClient:
             raise self._fail(
                 "the server-first-message lacks a valid salt or iteration count"
             ) from None
+        if iterations > self._max_iterations:
+            # An untrusted server could ask for any count: 2^31-1 costs about 22 minutes
+            # of CPU, and a count past a C long overflows pbkdf2_hmac.
+            raise self._fail(
+                f"the server asks for {iterations} iterations, above the maximum "
+                f"{self._max_iterations} (Apache Kafka's own limit)"
+            )
         if iterations < self._min_iterations:
             raise self._fail(
                 f"the server asks for {iterations} iterations, below the minimum "

@@ -62,6 +62,8 @@ SERVER_FIRST = b"r=NONCEserver,s=" + base64.b64encode(b"salt") + b",i=4096"
         (b"r=OTHERserver,s=c2FsdA==,i=4096", "nonce does not extend ours"),
         (b"r=NONCE,s=c2FsdA==,i=4096", "nonce does not extend ours"),
         (b"r=NONCEserver,s=c2FsdA==,i=1024", "below the minimum 4096"),
+        (b"r=NONCEserver,s=c2FsdA==,i=2147483647", "above the maximum 16384"),
+        (b"r=NONCEserver,s=c2FsdA==,i=1" + b"0" * 30, "above the maximum 16384"),
         (b"r=NONCEserver,i=4096", "salt or iteration count"),
         (b"r=NONCEserver,s=!!!,i=4096", "salt or iteration count"),
         (b"m=ext,r=NONCEserver,s=c2FsdA==,i=4096", "extension"),
