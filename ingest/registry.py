@@ -47,6 +47,11 @@ __all__ = [
 
 # The value formats whose writers' schemas a registry holds (ingest/formats/framed.py).
 REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
+# The most one answer may be: anyone who can register a schema is untrusted, and the
+# registry's answer is read whole into memory. An error answer's body is read for its
+# message only.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+MAX_ERROR_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -180,12 +185,16 @@ class RegistryClient:
             self._sleep(wait)
 
     def _get_once(self, url: str) -> dict[str, Any]:
-        request = urllib.request.Request(url, headers=self._headers())
+        request = urllib.request.Request(url, headers=_ACCEPT)
+        # Credentials are never copied onto a redirect: urllib copies ordinary headers to
+        # any redirect's target, another host included.
+        for name, value in self._credentials().items():
+            request.add_unredirected_header(name, value)
         try:
             with urllib.request.urlopen(
                 request, timeout=self.settings.request_timeout, context=self._context
             ) as response:
-                body = response.read()
+                body = response.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as exc:
             status, detail = exc.code, _error_detail(exc)
             code = detail.get("error_code")
@@ -199,6 +208,10 @@ class RegistryClient:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise RegistryError(f"{url}: {reason}", retriable=True) from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise RegistryError(
+                f"{url}: the answer is over {MAX_ANSWER_BYTES} bytes; refused", retriable=False
+            )
         try:
             answer = json.loads(body)
         except ValueError as exc:
@@ -207,9 +220,9 @@ class RegistryClient:
             raise RegistryError(f"{url}: expected a JSON object", retriable=False)
         return answer
 
-    def _headers(self) -> dict[str, str]:
+    def _credentials(self) -> dict[str, str]:
         settings = self.settings
-        headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
+        headers: dict[str, str] = {}
         if settings.bearer_token is not None:
             headers["Authorization"] = f"Bearer {settings.bearer_token.reveal()}"
         elif settings.basic_auth_user is not None:
@@ -217,6 +230,9 @@ class RegistryClient:
             pair = f"{settings.basic_auth_user}:{password.reveal() if password else ''}"
             headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         return headers
+
+
+_ACCEPT = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
 
 
 def _format_query(fmt: str | None) -> str:
@@ -234,7 +250,7 @@ def _ssl_context(settings: RegistrySettings) -> ssl.SSLContext | None:
 
 def _error_detail(error: urllib.error.HTTPError) -> dict[str, Any]:
     try:
-        detail = json.loads(error.read() or b"{}")
+        detail = json.loads(error.read(MAX_ERROR_BYTES) or b"{}")
     except (ValueError, OSError):
         return {}
     return detail if isinstance(detail, dict) else {}
