@@ -8,6 +8,7 @@ the one place pydantic's errors become ours.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import tomllib
@@ -52,6 +53,7 @@ def parse_config(text: str, *, path: str = "<memory>", env: Mapping[str, str]) -
         raise config_error(exc, path) from None
     secrets = _resolve_secrets(config, env, path)
     config = dataclasses.replace(config, secrets=secrets)
+    _warn_weak_security(config, path)
     for key, message in _problems(config):
         raise ConfigError(message, path=path, key=key)
     return config
@@ -152,10 +154,44 @@ def _resolve_secrets(config: IngestConfig, env: Mapping[str, str], path: str) ->
     return secrets
 
 
+def _warn_weak_security(config: IngestConfig, path: str) -> None:
+    """Loud warnings for settings that are allowed but weaken the connection's security."""
+    kafka = config.kafka
+    warn = logging.getLogger("ingest.config").warning
+    if kafka.tls is not None and not kafka.tls.check_hostname:
+        warn(
+            "%s: kafka.tls.check_hostname = false: any certificate the CA signed is taken "
+            "for any broker, so whoever holds one can stand in for the cluster",
+            path,
+        )
+    sasl = kafka.sasl
+    if (
+        kafka.security_protocol == "SASL_PLAINTEXT"
+        and sasl is not None
+        and sasl.mechanism == "PLAIN"
+    ):
+        warn(
+            "%s: SASL PLAIN over SASL_PLAINTEXT sends the password in clear to the "
+            "brokers; use SASL_SSL, or a SCRAM mechanism",
+            path,
+        )
+
+
 def _problems(config: IngestConfig) -> Iterator[tuple[str, str]]:
     """The checks across keys, in order: each problem as (dotted key, message)."""
-    if config.kafka.security_protocol.startswith("SASL") and config.kafka.sasl is None:
-        yield "kafka.sasl", f"{config.kafka.security_protocol} needs a [kafka.sasl] table"
+    protocol = config.kafka.security_protocol
+    if protocol.startswith("SASL") and config.kafka.sasl is None:
+        yield "kafka.sasl", f"{protocol} needs a [kafka.sasl] table"
+    if not protocol.startswith("SASL") and config.kafka.sasl is not None:
+        yield (
+            "kafka.sasl",
+            f"is set but security_protocol {protocol} uses no SASL (SASL_PLAINTEXT or SASL_SSL would)",
+        )
+    if not protocol.endswith("SSL") and config.kafka.tls is not None:
+        yield (
+            "kafka.tls",
+            f"is set but security_protocol {protocol} uses no TLS (SSL or SASL_SSL would)",
+        )
     yield from _topics(config)
     yield from _routes(config)
     if config.source.heartbeat_interval >= config.source.session_timeout:
