@@ -4,7 +4,9 @@ filesystem, and the path of each item)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,12 +19,16 @@ __all__ = [
     "CORRUPT_PREFIX",
     "CORRUPT_SUFFIX",
     "DEFAULT_SHM_ROOT",
+    "PRIVATE_DIR_MODE",
+    "PRIVATE_FILE_MODE",
     "SEGMENT_SUFFIX",
     "HandoffConfig",
     "HandoffLocation",
     "HandoffMode",
     "IpcCompression",
+    "create_private_file",
     "is_corrupt_id",
+    "make_private_dir",
     "split_root",
 ]
 
@@ -134,3 +140,31 @@ class HandoffLocation:
 
 def is_corrupt_id(item_id: str) -> bool:
     return item_id.rpartition("/")[2].startswith(CORRUPT_PREFIX)
+
+
+# Local handoff files are this user's alone: directories 0700, files 0600, created new
+# (O_EXCL) and never through a link (O_NOFOLLOW), so another local user can neither read
+# the records in them nor make a run write elsewhere.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def make_private_dir(path: str) -> None:
+    """``path`` as a directory of this user's, mode 0700 (made if missing); one that is
+    a link, not a directory, or another user's is refused (``PermissionError``)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, PRIVATE_DIR_MODE)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise PermissionError(f"{path} is not a directory (a link or a file stands there)")
+    if info.st_uid != os.geteuid():
+        raise PermissionError(f"{path} belongs to user id {info.st_uid}, not to this user")
+    if stat.S_IMODE(info.st_mode) != PRIVATE_DIR_MODE:
+        os.chmod(path, PRIVATE_DIR_MODE)
+
+
+def create_private_file(path: str) -> int:
+    """A new file at ``path``, mode 0600, opened for writing; an existing file or a link
+    there is an error (``FileExistsError``, ``OSError``)."""
+    return os.open(path, _CREATE, PRIVATE_FILE_MODE)

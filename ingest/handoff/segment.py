@@ -27,7 +27,12 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from ingest.handoff.location import CORRUPT_PREFIX, HandoffLocation
+from ingest.handoff.location import (
+    CORRUPT_PREFIX,
+    HandoffLocation,
+    create_private_file,
+    make_private_dir,
+)
 from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
 from ingest.handoff.store import TMP_SUFFIX, HandoffError, HandoffFull, is_full
 from ingest.protocol.recordbatch.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
@@ -81,8 +86,9 @@ class SegmentWriter:
         self._clock = clock
         self._fs = location.filesystem()
         self._directory = f"{location.namespace}/{topic}/{partition}"
-        if self._fs is None:
-            os.makedirs(self._directory, exist_ok=True)
+        if self._fs is None:  # the namespace is this user's, 0700 (``HandoffStore.open``)
+            make_private_dir(f"{location.namespace}/{topic}")
+            make_private_dir(self._directory)
         else:
             self._fs.create_dir(self._directory, recursive=True)
         self._options = ipc.IpcWriteOptions(compression=self.config.ipc_compression)
@@ -181,6 +187,7 @@ class SegmentWriter:
         try:
             if self._fs is None:
                 write_path = f"{self._directory}/.{name}{TMP_SUFFIX}"
+                os.close(create_private_file(write_path))  # 0600, new, not through a link
                 sink: pa.NativeFile = pa.OSFile(write_path, "wb")
             else:
                 # An object-store upload is invisible until complete: no rename needed.
@@ -334,7 +341,7 @@ class SegmentWriter:
         tmp = f"{self._directory}/.{name}{TMP_SUFFIX}"
         try:
             if self._fs is None:
-                with open(tmp, "wb") as out:
+                with os.fdopen(create_private_file(tmp), "wb") as out:
                     out.write(raw)
                 os.rename(tmp, path)
             else:

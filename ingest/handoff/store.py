@@ -42,6 +42,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -55,9 +56,12 @@ import pyarrow.ipc as ipc
 from ingest.errors import ConfigError, IngestError
 from ingest.handoff.location import (
     CORRUPT_SUFFIX,
+    PRIVATE_FILE_MODE,
     SEGMENT_SUFFIX,
     HandoffConfig,
     HandoffLocation,
+    create_private_file,
+    make_private_dir,
     split_root,
 )
 
@@ -219,8 +223,12 @@ class HandoffStore:
         if self._fs is None:
             if self.config.mode == "shm" and not os.path.isdir(self.root):
                 raise ConfigError(f"{self.root} is not a directory", key="handoff.root")
-            os.makedirs(self.namespace, exist_ok=True)
-            fd = os.open(f"{self.namespace}/{LOCK_FILE}", os.O_RDWR | os.O_CREAT, 0o600)
+            make_private_dir(self.namespace)
+            fd = os.open(
+                f"{self.namespace}/{LOCK_FILE}",
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                PRIVATE_FILE_MODE,
+            )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -262,19 +270,23 @@ class HandoffStore:
             if name == f"{NAMESPACE_PREFIX}{self.run_id}":
                 continue
             path = f"{self.root}/{name}"
-            if self._fs is None:
-                if _remove_if_stale_local(path):
-                    removed.append(path)
-            elif self._remove_if_stale_remote(path):
-                removed.append(self.location.uri_of(path))
+            try:
+                if self._fs is None:
+                    if _remove_if_stale_local(path):
+                        removed.append(path)
+                elif self._remove_if_stale_remote(path):
+                    removed.append(self.location.uri_of(path))
+            except OSError as exc:  # cleanup is a courtesy: it never stops a run
+                log.warning("handoff: left %s in place, it could not be cleaned: %s", path, exc)
         return removed
 
     def _namespaces(self) -> list[str]:
         if self._fs is None:
             try:
-                return sorted(n for n in os.listdir(self.root) if n.startswith(NAMESPACE_PREFIX))
+                names = sorted(n for n in os.listdir(self.root) if n.startswith(NAMESPACE_PREFIX))
             except FileNotFoundError:
                 return []
+            return [n for n in names if _owned_by_us(f"{self.root}/{n}")]
         selector = pafs.FileSelector(self.root, allow_not_found=True)
         return sorted(
             info.base_name
@@ -370,10 +382,21 @@ def _exists(filesystem: pafs.FileSystem, path: str) -> bool:
     return bool(filesystem.get_file_info(path).type != pafs.FileType.NotFound)
 
 
+def _owned_by_us(path: str) -> bool:
+    """A namespace directory of this user's (another user's runs are theirs to clean)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+
+
 def _write_local_atomically(path: str, data: bytes) -> None:
     directory, _, name = path.rpartition("/")
     tmp = f"{directory}/.{name}{TMP_SUFFIX}"
-    with open(tmp, "wb") as out:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a crashed writer's leftover
+    with os.fdopen(create_private_file(tmp), "wb") as out:
         out.write(data)
     os.replace(tmp, path)
 
