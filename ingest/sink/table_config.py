@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ingest.errors import ConfigError
+from ingest.protocol.partition import topic_name_problem
 from ingest.registry import REGISTRY_FORMATS, RegisteredSchema, RegistrySettings, subject_for
 from ingest.sink.storage import normalize_uri
 
@@ -234,15 +235,29 @@ class TableConfig:
 
     def for_topic(self, topic: str) -> TableConfig:
         """The table ``topic`` lands in: ``{topic}`` filled in (the table itself when the
-        uri has no placeholder). Kafka's topic names ([a-zA-Z0-9._-]) need no escaping."""
+        uri has no placeholder). A topic name is data from the cluster: one Kafka would
+        refuse ("..", "a/b"), or one whose table would be another topic's dead-letter
+        table, is refused before anything is written."""
         if not self.per_topic:
             return self
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise ConfigError(f"topic cannot name a table: {problem}", key="table.uri")
+        uri = self.uri.replace(TOPIC_PLACEHOLDER, topic)
+        other = _template_match(self.dead_letters, uri)
+        if other is not None:
+            raise ConfigError(
+                f"topic {topic!r} would land in {uri}, the dead-letter table of topic "
+                f"{other!r}; set table.dead_letter_uri to a template no topic's table can "
+                "render to",
+                key="table.uri",
+            )
         subject = None
         if self.value_strategy is not None:
             subject = subject_for(self.value_strategy, topic, self.record_name)
         return replace(
             self,
-            uri=self.uri.replace(TOPIC_PLACEHOLDER, topic),
+            uri=uri,
             dead_letter_uri=self.dead_letters.replace(TOPIC_PLACEHOLDER, topic),
             value_subject=subject,
         )
@@ -337,6 +352,18 @@ class Router:
     def tables(self) -> tuple[TableConfig, ...]:
         """The default table and each route's (templates unfilled)."""
         return (self.default, *(table for _, table, _ in self.routes))
+
+
+def _template_match(template: str, uri: str) -> str | None:
+    """The topic whose rendering of ``template`` is ``uri``, if a legal one is."""
+    if TOPIC_PLACEHOLDER not in template:
+        return None
+    pattern = "(.+)".join(re.escape(part) for part in template.split(TOPIC_PLACEHOLDER))
+    found = re.fullmatch(pattern, uri)
+    if found is None or len(set(found.groups())) != 1:
+        return None
+    topic = found.group(1)
+    return topic if topic_name_problem(topic) is None else None
 
 
 def check_changes(mode: str, value_format: str, envelope: str, tombstones: object) -> None:
