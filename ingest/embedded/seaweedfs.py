@@ -65,8 +65,12 @@ class S3Server(ProcessServer):
         data_dir: Path | None = None,
         ready_timeout: float = 30.0,
         on: Host | None = None,
+        access_key: str = ACCESS_KEY,
+        secret_key: str = SECRET_KEY,
     ) -> None:
         self.bucket = bucket
+        self.access_key = access_key
+        self.secret_key = secret_key
         self.on = on
         self.host = "127.0.0.1" if on is None else on.address
         self.owns_work_dir = data_dir is None
@@ -96,7 +100,7 @@ class S3Server(ProcessServer):
             f"-bucket={bucket}",
         ]
         env = dict(os.environ)
-        env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+        env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
             f"weed mini s3 {self.host}:{self.port}",
@@ -115,8 +119,8 @@ class S3Server(ProcessServer):
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ALLOW_HTTP": "true",
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_REGION": REGION,
             # SeaweedFS supports conditional PUT, so no locking provider is needed.
             "AWS_CONDITIONAL_PUT": "etag",
@@ -127,8 +131,8 @@ class S3Server(ProcessServer):
         return {
             "AWS_ENDPOINT": self.endpoint,
             "AWS_ALLOW_HTTP": "true",
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_DEFAULT_REGION": REGION,
         }
 
@@ -139,8 +143,8 @@ class S3Server(ProcessServer):
         return fs.S3FileSystem(
             endpoint_override=f"{self.host}:{self.port}",
             scheme="http",
-            access_key=ACCESS_KEY,
-            secret_key=SECRET_KEY,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
             region=REGION,
             allow_bucket_creation=True,
         )

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest.config import SparkSection
+from ingest.config import SparkSection, secret_looking
 from ingest.engines.spark.executorwatch import EXECUTORLESS_TIMEOUT, ExecutorWatch
 from ingest.engines.spark.jvmlog import JvmOutputRelay
 from ingest.errors import SinkError, SparkClusterLost, SparkStartError
@@ -215,6 +215,10 @@ def start_session(
     if options:
         conf["spark.driver.extraJavaOptions"] = options
     settings.update(conf)
+    # Credentials never go on the JVM's command line (pyspark launches it with every
+    # setting as --conf k=v, which any local user reads in /proc): handed over once it runs.
+    secrets = {k: v for k, v in settings.items() if secret_setting(k)}
+    settings = {k: v for k, v in settings.items() if k not in secrets}
     with SparkContext._lock:  # as the builder's own check-then-start
         if SparkContext._active_spark_context is None and SparkContext._gateway is None:
             # Our JVM, its output relayed into the log (jvmlog.py); the builder then
@@ -224,7 +228,25 @@ def start_session(
     builder_map: dict[str, bool | float | int | str | None] = dict(settings)
     session = SparkSession.builder.config(map=builder_map).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    hand_over(session, secrets)
     return session
+
+
+def secret_setting(key: str) -> bool:
+    """A Spark setting that holds a credential (S3A's keys and token, or any setting whose
+    name says secret, password or token)."""
+    return secret_looking(key) or key.endswith((".access.key", ".secret.key", ".session.token"))
+
+
+def hand_over(session: Any, secrets: dict[str, str]) -> None:
+    """Gives a running session the credential settings: ``spark.hadoop.*`` ones to its
+    Hadoop configuration (which the file systems, and the tasks' copies of it, are made
+    from) and every one to the session's runtime conf."""
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in secrets.items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+        session.conf.set(key, value)
 
 
 # The relay of this process's JVM (one JVM per process at a time).
