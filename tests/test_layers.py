@@ -137,13 +137,13 @@ def test_the_pure_layers_use_no_socket_thread_or_clock() -> None:
 
 # The consumer group protocol (KIP-848) sits beside the classic machine, in the pure layer.
 CONSUMER_PROTOCOL_MODULES = [
-    "ingest/group/consumer_config.py",
-    "ingest/group/consumer_core.py",
-    "ingest/group/consumer_effects.py",
-    "ingest/group/consumer_events.py",
-    "ingest/group/consumer_handlers.py",
-    "ingest/group/consumer_machine.py",
-    "ingest/group/consumer_transitions.py",
+    "ingest/group/consumer/consumer_config.py",
+    "ingest/group/consumer/consumer_core.py",
+    "ingest/group/consumer/consumer_effects.py",
+    "ingest/group/consumer/consumer_events.py",
+    "ingest/group/consumer/consumer_handlers.py",
+    "ingest/group/consumer/consumer_machine.py",
+    "ingest/group/consumer/consumer_transitions.py",
     "ingest/protocol/messages/consumer_group.py",
     "ingest/protocol/messages/consumer_group_describe.py",
 ]

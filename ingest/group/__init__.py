@@ -17,11 +17,19 @@ from ingest.group.assignors import (
     RangeAssignor,
     RoundRobinAssignor,
 )
-from ingest.group.config import CoordinatorVersions, GroupConfig
-from ingest.group.consumer_config import ConsumerGroupConfig
-from ingest.group.consumer_events import GroupWarning, NeedTopicNames, SubscribeRegex, TopicNames
-from ingest.group.consumer_machine import ConsumerMachine
-from ingest.group.consumer_transitions import ConsumerState
+from ingest.group.classic.classic_config import GroupConfig
+from ingest.group.classic.classic_machine import GroupMachine
+from ingest.group.classic.classic_transitions import TRANSITIONS
+from ingest.group.consumer.consumer_config import ConsumerGroupConfig
+from ingest.group.consumer.consumer_events import (
+    GroupWarning,
+    NeedTopicNames,
+    SubscribeRegex,
+    TopicNames,
+)
+from ingest.group.consumer.consumer_machine import ConsumerMachine
+from ingest.group.consumer.consumer_transitions import ConsumerState
+from ingest.group.coordinator_versions import CoordinatorVersions
 from ingest.group.events import (
     INPUT_TYPES,
     OUTPUT_TYPES,
@@ -53,8 +61,6 @@ from ingest.group.events import (
     Subscribe,
     Tick,
 )
-from ingest.group.machine import GroupMachine
-from ingest.group.transitions import TRANSITIONS
 from ingest.group.types import InvalidTransition, MemberState, Partition, RebalanceProtocol
 
 __all__ = [

@@ -52,7 +52,7 @@ from ingest.group import (
     Tick,
     TopicNames,
 )
-from ingest.group.consumer_events import CONSUMER_INPUT_TYPES, ConsumerInput
+from ingest.group.consumer.consumer_events import CONSUMER_INPUT_TYPES, ConsumerInput
 from ingest.supervisor.membership_io import CoordinatorLink
 
 __all__ = ["IDLE_WAIT", "Close", "Command", "MemberStatus", "MembershipThread", "Stopped"]

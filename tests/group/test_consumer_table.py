@@ -7,10 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ingest.group.consumer_effects import CONSUMER_EFFECTS
-from ingest.group.consumer_events import CONSUMER_INPUT_TYPES
-from ingest.group.consumer_machine import CONSUMER_HANDLERS
-from ingest.group.consumer_transitions import (
+from ingest.group.consumer.consumer_effects import CONSUMER_EFFECTS
+from ingest.group.consumer.consumer_events import CONSUMER_INPUT_TYPES
+from ingest.group.consumer.consumer_machine import CONSUMER_HANDLERS
+from ingest.group.consumer.consumer_transitions import (
     ACCEPTS,
     ROWS,
     TERMINAL,
@@ -94,16 +94,25 @@ def test_rows_read_as_kip_848_says() -> None:
 
 
 def test_only_the_table_lookup_sets_the_state() -> None:
-    """``self._state = ...`` appears twice in the consumer modules: the start and ``_step``."""
+    """``self._state = ...`` appears twice in the consumer machine's package: the initial state and
+    ``_enter``, which only the engine's one table lookup calls (``engine.py``, ``_step``)."""
     places = []
-    for path in sorted(GROUP.glob("consumer_*.py")):
+    enters = []
+    for path in sorted([*(GROUP / "consumer").glob("*.py"), GROUP / "engine.py"]):
         for node in ast.walk(ast.parse(path.read_text())):
             targets = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets = [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "_enter"
+            ):
+                enters.append((path.name, ast.unparse(node.args[0])))
             for target in targets:
                 if isinstance(target, ast.Attribute) and target.attr == "_state":
                     places.append((path.name, ast.unparse(node.value)))
-    assert sorted(places) == [("consumer_core.py", "UNJOINED"), ("consumer_machine.py", "row.next")]
+    assert sorted(places) == [("consumer_core.py", "UNJOINED"), ("consumer_machine.py", "state")]
+    assert enters == [("engine.py", "row.next")]

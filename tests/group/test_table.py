@@ -8,9 +8,9 @@ import ast
 from pathlib import Path
 
 from ingest.group import INPUT_TYPES, TRANSITIONS, MemberState
-from ingest.group.effects import EFFECTS
-from ingest.group.machine import _HANDLERS
-from ingest.group.transitions import ACCEPTS, ROWS, TERMINAL, Effect, Outcome
+from ingest.group.classic.classic_machine import _HANDLERS
+from ingest.group.classic.classic_transitions import ACCEPTS, ROWS, TERMINAL, Effect, Outcome
+from ingest.group.classic.effects import EFFECTS
 
 GROUP = Path(__file__).resolve().parents[2] / "ingest" / "group"
 S = MemberState
@@ -76,19 +76,25 @@ def test_rows_read_as_the_protocol_says() -> None:
 
 
 def test_only_the_table_lookup_sets_the_state() -> None:
-    """``self._state = ...`` appears twice in the classic machine's modules: the initial state
-    and ``_step`` (the consumer protocol's ``consumer_*.py``: ``test_consumer_table.py``)."""
+    """``self._state = ...`` appears twice in the classic machine's package: the initial state and
+    ``_enter``, which only the engine's one table lookup calls (``engine.py``, ``_step``) (the consumer protocol's: ``test_consumer_table.py``)."""
     places = []
-    for path in sorted(GROUP.glob("*.py")):
-        if path.name.startswith("consumer_"):
-            continue
+    enters = []
+    for path in sorted([*(GROUP / "classic").glob("*.py"), GROUP / "engine.py"]):
         for node in ast.walk(ast.parse(path.read_text())):
             targets = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets = [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "_enter"
+            ):
+                enters.append((path.name, ast.unparse(node.args[0])))
             for target in targets:
                 if isinstance(target, ast.Attribute) and target.attr == "_state":
                     places.append((path.name, ast.unparse(node.value)))
-    assert sorted(places) == [("core.py", "UNJOINED"), ("machine.py", "row.next")]
+    assert sorted(places) == [("classic_machine.py", "state"), ("core.py", "UNJOINED")]
+    assert enters == [("engine.py", "row.next")]

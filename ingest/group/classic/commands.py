@@ -10,7 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ingest.group.core import MachineCore
+from ingest.group.classic.classic_requests import STATIC_JOIN_VERSION
+from ingest.group.classic.classic_transitions import (
+    JOINING,
+    LEAVING,
+    REVOKING,
+    STABLE,
+    STAY,
+    SYNCING,
+    TERMINAL,
+    UNJOINED,
+    Outcome,
+    Step,
+)
+from ingest.group.classic.core import MachineCore
+from ingest.group.commits import commit_lost, fetch_lost, refuse_commit, refuse_fetch
 from ingest.group.events import (
     Commit,
     CoordinatorFound,
@@ -27,20 +41,7 @@ from ingest.group.events import (
     Tick,
 )
 from ingest.group.inflight import COMMIT, FETCH, HEARTBEAT, JOIN, LEAVE, SYNC, Sent
-from ingest.group.offsets import commit_lost, fetch_lost, refuse_commit, refuse_fetch
-from ingest.group.requests import STATIC_JOIN_VERSION, offset_commit_request, offset_fetch_request
-from ingest.group.transitions import (
-    JOINING,
-    LEAVING,
-    REVOKING,
-    STABLE,
-    STAY,
-    SYNCING,
-    TERMINAL,
-    UNJOINED,
-    Outcome,
-    Step,
-)
+from ingest.group.requests import offset_commit_request, offset_fetch_request
 from ingest.group.types import InvalidTransition, RebalanceProtocol
 from ingest.protocol.error_codes import ErrorCode
 

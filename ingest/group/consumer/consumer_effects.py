@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ingest.group.consumer_core import ConsumerCore
-from ingest.group.consumer_events import ConsumerOutput, NeedTopicNames
-from ingest.group.consumer_transitions import Effect, Step
+from ingest.group.consumer.consumer_core import ConsumerCore
+from ingest.group.consumer.consumer_events import ConsumerOutput, NeedTopicNames
+from ingest.group.consumer.consumer_transitions import Effect, Step
 from ingest.group.events import PartitionsAssigned, PartitionsLost, PartitionsRevoked
 from ingest.group.inflight import Epoch
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ingest.group.core import MachineCore
+from ingest.group.classic.classic_requests import leave_group_request, sync_group_request
+from ingest.group.classic.classic_transitions import Effect, Step
+from ingest.group.classic.core import MachineCore
 from ingest.group.events import (
     NeedMetadata,
     Output,
@@ -17,8 +19,6 @@ from ingest.group.events import (
     PartitionsLost,
     PartitionsRevoked,
 )
-from ingest.group.requests import leave_group_request, sync_group_request
-from ingest.group.transitions import Effect, Step
 
 __all__ = ["EFFECTS", "Effects"]
 

@@ -14,7 +14,20 @@ import math
 from collections.abc import Mapping
 
 from ingest.errors import GroupProtocolError
-from ingest.group.config import GroupConfig
+from ingest.group.classic.classic_config import GroupConfig
+from ingest.group.classic.classic_requests import heartbeat_request, join_group_request
+from ingest.group.classic.classic_transitions import (
+    JOINING,
+    LEAVING,
+    REVOKING,
+    STABLE,
+    SYNCING,
+    TERMINAL,
+    UNJOINED,
+    Outcome,
+    Step,
+)
+from ingest.group.classic.leader import Leadership, NeedsMetadata, assign_group
 from ingest.group.events import (
     Commit,
     CoordinatorFound,
@@ -26,19 +39,6 @@ from ingest.group.events import (
     SendRequest,
 )
 from ingest.group.inflight import HEARTBEAT, JOIN, Epoch, InFlight, Sent
-from ingest.group.leader import Leadership, NeedsMetadata, assign_group
-from ingest.group.requests import heartbeat_request, join_group_request
-from ingest.group.transitions import (
-    JOINING,
-    LEAVING,
-    REVOKING,
-    STABLE,
-    SYNCING,
-    TERMINAL,
-    UNJOINED,
-    Outcome,
-    Step,
-)
 from ingest.group.types import InvalidTransition, MemberState, Partition, RebalanceProtocol
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.schema import Request

@@ -26,13 +26,22 @@ outcome; the row of ``ROWS`` gives the next state and the effects
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
-from ingest.group.consumer_effects import CONSUMER_EFFECTS, ConsumerEffects
-from ingest.group.consumer_events import ConsumerInput, ConsumerOutput, SubscribeRegex, TopicNames
-from ingest.group.consumer_handlers import ConsumerHandlers
-from ingest.group.consumer_transitions import ROWS, TRANSITIONS, Step, Transition
+from ingest.group import engine
+from ingest.group.consumer.consumer_effects import CONSUMER_EFFECTS, ConsumerEffects
+from ingest.group.consumer.consumer_events import (
+    ConsumerInput,
+    ConsumerOutput,
+    SubscribeRegex,
+    TopicNames,
+)
+from ingest.group.consumer.consumer_handlers import ConsumerHandlers
+from ingest.group.consumer.consumer_transitions import (
+    ROWS,
+    TRANSITIONS,
+    ConsumerState,
+    Effect,
+    Outcome,
+)
 from ingest.group.events import (
     Commit,
     CoordinatorFound,
@@ -45,7 +54,6 @@ from ingest.group.events import (
     Subscribe,
     Tick,
 )
-from ingest.group.types import InvalidTransition
 from ingest.protocol.messages import (
     ConsumerGroupHeartbeatResponse,
     OffsetCommitResponse,
@@ -60,38 +68,14 @@ class ConsumerMachine(ConsumerHandlers, ConsumerEffects):
 
     def handle(self, event: ConsumerInput, now: float) -> list[ConsumerOutput]:
         """Apply ``event`` at time ``now``; return the outputs in the order to act on them."""
-        before = self._state
-        transition = TRANSITIONS.get((before, type(event)))
-        if transition is None:
-            raise InvalidTransition(before, type(event))
-        out: list[ConsumerOutput] = []
-        named = CONSUMER_HANDLERS[type(event)](self, event, now, out)
-        for step in (named,) if isinstance(named, Step) else named:
-            self._step(step, transition, now, out)
-        if self._state not in transition.targets:
-            raise AssertionError(
-                f"{type(event).__name__} took {before.name} to {self._state.name}, "
-                f"which TRANSITIONS does not name"
-            )
-        self._pump(now, out)
-        return out
+        return _ENGINE.handle(self, event, now)
 
-    def _step(
-        self, step: Step, transition: Transition, now: float, out: list[ConsumerOutput]
-    ) -> None:
-        """One table lookup: run the row's effects, then enter its state."""
-        row = ROWS.get((self._state, step.outcome))
-        if row is None or step.outcome not in transition.outcomes:
-            raise AssertionError(
-                f"{step.outcome.name} in {self._state.name} is not a row of ROWS named by "
-                f"this input's transition"
-            )
-        for effect in row.effects:
-            CONSUMER_EFFECTS[effect](self, step, now, out)
-        self._state = row.next
+    def _enter(self, state: ConsumerState) -> None:
+        """Called by the engine only: the row's next state."""
+        self._state = state
 
 
-Handler = Callable[[ConsumerMachine, Any, float, list[ConsumerOutput]], Step | Iterator[Step]]
+Handler = engine.Handler["ConsumerMachine", ConsumerOutput]
 
 #: input type -> the handler naming its outcome (``ACCEPTS`` says where it is accepted).
 CONSUMER_HANDLERS: dict[type, Handler] = {
@@ -111,3 +95,7 @@ CONSUMER_HANDLERS: dict[type, Handler] = {
     OffsetCommitResponse: ConsumerMachine._on_commit_response,
     OffsetFetchResponse: ConsumerMachine._on_fetch_response,
 }
+
+_ENGINE: engine.Engine[ConsumerMachine, ConsumerState, Outcome, Effect, ConsumerOutput] = (
+    engine.Engine(ROWS, TRANSITIONS, CONSUMER_HANDLERS, CONSUMER_EFFECTS)
+)

@@ -21,9 +21,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from ingest.errors import ConfigError
-from ingest.group.consumer_config import ConsumerGroupConfig
-from ingest.group.consumer_events import ConsumerOutput
-from ingest.group.consumer_transitions import (
+from ingest.group.consumer.consumer_config import ConsumerGroupConfig
+from ingest.group.consumer.consumer_events import ConsumerOutput
+from ingest.group.consumer.consumer_transitions import (
     JOINING,
     LEAVING,
     RECONCILING,

@@ -11,12 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ingest.errors import DecodeError, RemoteProtocolError
-from ingest.group.core import MachineCore
-from ingest.group.events import Left, Output
-from ingest.group.inflight import COMMIT, FETCH, HEARTBEAT, JOIN, LEAVE, SYNC
-from ingest.group.offsets import commit_answered, fetch_answered
-from ingest.group.requests import CONSUMER_PROTOCOL_TYPE
-from ingest.group.transitions import (
+from ingest.group.classic.classic_requests import CONSUMER_PROTOCOL_TYPE
+from ingest.group.classic.classic_transitions import (
     JOINING,
     STABLE,
     STAY,
@@ -26,6 +22,10 @@ from ingest.group.transitions import (
     Outcome,
     Step,
 )
+from ingest.group.classic.core import MachineCore
+from ingest.group.commits import commit_answered, fetch_answered
+from ingest.group.events import Left, Output
+from ingest.group.inflight import COMMIT, FETCH, HEARTBEAT, JOIN, LEAVE, SYNC
 from ingest.group.types import Partition
 from ingest.protocol.consumer import decode_assignment
 from ingest.protocol.error_codes import ErrorCode, error_for

@@ -19,13 +19,11 @@ so their workers run on. The next heartbeat reports what the member owns.
 
 from __future__ import annotations
 
-import math
-import uuid
-from collections.abc import Iterable
-from dataclasses import KW_ONLY, dataclass
 from enum import Enum
 
-from ingest.group.consumer_events import SubscribeRegex, TopicNames
+from ingest.group import engine
+from ingest.group.consumer.consumer_events import SubscribeRegex, TopicNames
+from ingest.group.engine import Row, Transition, derive_transitions, each, of, row
 from ingest.group.events import (
     Commit,
     CoordinatorFound,
@@ -33,13 +31,12 @@ from ingest.group.events import (
     CoordinatorLost,
     FetchCommitted,
     Leave,
-    Output,
     RequestFailed,
     RevocationDone,
     Subscribe,
     Tick,
 )
-from ingest.group.types import MemberState, Partition
+from ingest.group.types import MemberState
 from ingest.protocol.messages import (
     ConsumerGroupHeartbeatResponse,
     OffsetCommitResponse,
@@ -151,121 +148,86 @@ class Effect(Enum):
     REPORT = "emit step.report (Left, Fenced, Fatal)"
 
 
-@dataclass(frozen=True)
-class Step:
-    """An outcome named by a handler, with what its effects need."""
-
-    outcome: Outcome
-    _: KW_ONLY
-    at: float = -math.inf  # START_JOINING: when the joining heartbeat may go
-    lost: str = ""  # LOSE: why the partitions are lost
-    partitions: frozenset[Partition] = frozenset()  # REVOKE
-    assignment: frozenset[Partition] = frozenset()  # APPLY_ASSIGNMENT
-    topic_ids: frozenset[uuid.UUID] = frozenset()  # ASK_TOPIC_NAMES
-    report: Output | None = None  # REPORT
-
-
+#: An outcome named by a handler, with what its effects need (``engine.Step``).
+Step = engine.Step[Outcome]
 STAY = Step(Outcome.STAY)
-
-
-@dataclass(frozen=True)
-class Row:
-    """Where an outcome leads from one state, and what it does on the way, in order."""
-
-    next: ConsumerState
-    effects: tuple[Effect, ...] = ()
-
-
-def _row(next_state: ConsumerState, *effects: Effect) -> Row:
-    return Row(next_state, effects)
-
 
 On = Outcome
 Do = Effect
 
 #: (state, outcome) -> the next state and the effects, in order. The only place a state is chosen.
-ROWS: dict[tuple[ConsumerState, Outcome], Row] = {
+ROWS: dict[tuple[ConsumerState, Outcome], Row[ConsumerState, Effect]] = {
     # -- nothing changes
     **{(state, On.STAY): Row(state) for state in ConsumerState},
     # -- joining: after Subscribe, or once a loss's pending revocation is acknowledged
-    (UNJOINED, On.JOIN):                    _row(JOINING, Do.START_JOINING),
-    (REVOKING, On.JOIN):                    _row(JOINING, Do.START_JOINING),
+    (UNJOINED, On.JOIN):                    row(JOINING, Do.START_JOINING),
+    (REVOKING, On.JOIN):                    row(JOINING, Do.START_JOINING),
     # -- reconciling a target assignment
-    (JOINING, On.RECONCILED):               _row(STABLE, Do.APPLY_ASSIGNMENT),
-    (STABLE, On.RECONCILED):                _row(STABLE, Do.APPLY_ASSIGNMENT),
-    (RECONCILING, On.RECONCILED):           _row(STABLE, Do.APPLY_ASSIGNMENT),
-    (REVOKING, On.RECONCILED):              _row(STABLE, Do.APPLY_ASSIGNMENT),
-    (RECONCILING, On.PARTLY_RECONCILED):    _row(RECONCILING, Do.APPLY_ASSIGNMENT),
-    (JOINING, On.AWAIT_TOPIC_NAMES):        _row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
-    (STABLE, On.AWAIT_TOPIC_NAMES):         _row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
-    (RECONCILING, On.AWAIT_TOPIC_NAMES):    _row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
-    (REVOKING, On.AWAIT_TOPIC_NAMES):       _row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
-    (STABLE, On.REVOKE):                    _row(REVOKING, Do.REVOKE),
-    (RECONCILING, On.REVOKE):               _row(REVOKING, Do.REVOKE),
-    (REVOKING, On.REVOKE):                  _row(REVOKING, Do.REVOKE),
+    (JOINING, On.RECONCILED):               row(STABLE, Do.APPLY_ASSIGNMENT),
+    (STABLE, On.RECONCILED):                row(STABLE, Do.APPLY_ASSIGNMENT),
+    (RECONCILING, On.RECONCILED):           row(STABLE, Do.APPLY_ASSIGNMENT),
+    (REVOKING, On.RECONCILED):              row(STABLE, Do.APPLY_ASSIGNMENT),
+    (RECONCILING, On.PARTLY_RECONCILED):    row(RECONCILING, Do.APPLY_ASSIGNMENT),
+    (JOINING, On.AWAIT_TOPIC_NAMES):        row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
+    (STABLE, On.AWAIT_TOPIC_NAMES):         row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
+    (RECONCILING, On.AWAIT_TOPIC_NAMES):    row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
+    (REVOKING, On.AWAIT_TOPIC_NAMES):       row(RECONCILING, Do.APPLY_ASSIGNMENT, Do.ASK_TOPIC_NAMES),
+    (STABLE, On.REVOKE):                    row(REVOKING, Do.REVOKE),
+    (RECONCILING, On.REVOKE):               row(REVOKING, Do.REVOKE),
+    (REVOKING, On.REVOKE):                  row(REVOKING, Do.REVOKE),
     # -- losing the partitions: rejoin at once, or once the pending revocation is acknowledged
-    (JOINING, On.MEMBER_FENCED):            _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
-    (STABLE, On.MEMBER_FENCED):             _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
-    (RECONCILING, On.MEMBER_FENCED):        _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
-    (REVOKING, On.MEMBER_FENCED):           _row(REVOKING, Do.LOSE, Do.RESET_EPOCH),
-    (LEAVING, On.MEMBER_FENCED):            _row(LEAVING, Do.LOSE, Do.RESET_EPOCH),
-    (STABLE, On.SESSION_EXPIRED):           _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
-    (RECONCILING, On.SESSION_EXPIRED):      _row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
-    (REVOKING, On.SESSION_EXPIRED):         _row(REVOKING, Do.LOSE, Do.RESET_EPOCH),
-    (LEAVING, On.SESSION_EXPIRED):          _row(LEAVING, Do.LOSE, Do.RESET_EPOCH),
+    (JOINING, On.MEMBER_FENCED):            row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (STABLE, On.MEMBER_FENCED):             row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (RECONCILING, On.MEMBER_FENCED):        row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (REVOKING, On.MEMBER_FENCED):           row(REVOKING, Do.LOSE, Do.RESET_EPOCH),
+    (LEAVING, On.MEMBER_FENCED):            row(LEAVING, Do.LOSE, Do.RESET_EPOCH),
+    (STABLE, On.SESSION_EXPIRED):           row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (RECONCILING, On.SESSION_EXPIRED):      row(JOINING, Do.LOSE, Do.RESET_EPOCH, Do.START_JOINING),
+    (REVOKING, On.SESSION_EXPIRED):         row(REVOKING, Do.LOSE, Do.RESET_EPOCH),
+    (LEAVING, On.SESSION_EXPIRED):          row(LEAVING, Do.LOSE, Do.RESET_EPOCH),
     # -- leaving: RevocationDone finishes it in LEAVING
-    (STABLE, On.REVOKE_THEN_LEAVE):         _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
-    (RECONCILING, On.REVOKE_THEN_LEAVE):    _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
-    (REVOKING, On.REVOKE_THEN_LEAVE):       _row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
-    (REVOKING, On.LEAVE_AFTER_REVOCATION):  _row(LEAVING, Do.ABANDON_ROUND),
-    (JOINING, On.SEND_LEAVE):               _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
-    (STABLE, On.SEND_LEAVE):                _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
-    (RECONCILING, On.SEND_LEAVE):           _row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
-    (LEAVING, On.SEND_LEAVE):               _row(LEAVING, Do.SEND_LEAVE),
-    (JOINING, On.LEAVE_QUIETLY):            _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
-    (STABLE, On.LEAVE_QUIETLY):             _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
-    (RECONCILING, On.LEAVE_QUIETLY):        _row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
-    (LEAVING, On.LEAVE_QUIETLY):            _row(UNJOINED, Do.FORGET_MEMBERSHIP, Do.REPORT),
-    (UNJOINED, On.LEFT):                    _row(UNJOINED, Do.REPORT),
-    (LEAVING, On.LEFT):                     _row(UNJOINED, Do.REPORT),
+    (STABLE, On.REVOKE_THEN_LEAVE):         row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (RECONCILING, On.REVOKE_THEN_LEAVE):    row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (REVOKING, On.REVOKE_THEN_LEAVE):       row(LEAVING, Do.ABANDON_ROUND, Do.REVOKE),
+    (REVOKING, On.LEAVE_AFTER_REVOCATION):  row(LEAVING, Do.ABANDON_ROUND),
+    (JOINING, On.SEND_LEAVE):               row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
+    (STABLE, On.SEND_LEAVE):                row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
+    (RECONCILING, On.SEND_LEAVE):           row(LEAVING, Do.ABANDON_ROUND, Do.SEND_LEAVE),
+    (LEAVING, On.SEND_LEAVE):               row(LEAVING, Do.SEND_LEAVE),
+    (JOINING, On.LEAVE_QUIETLY):            row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (STABLE, On.LEAVE_QUIETLY):             row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (RECONCILING, On.LEAVE_QUIETLY):        row(UNJOINED, Do.ABANDON_ROUND, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (LEAVING, On.LEAVE_QUIETLY):            row(UNJOINED, Do.FORGET_MEMBERSHIP, Do.REPORT),
+    (UNJOINED, On.LEFT):                    row(UNJOINED, Do.REPORT),
+    (LEAVING, On.LEFT):                     row(UNJOINED, Do.REPORT),
     # -- terminal: the partitions are lost, the membership forgotten
-    (JOINING, On.FENCE):                    _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
-    (STABLE, On.FENCE):                     _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
-    (RECONCILING, On.FENCE):                _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
-    (REVOKING, On.FENCE):                   _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
-    (LEAVING, On.FENCE):                    _row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
-    (UNJOINED, On.FAIL):                    _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
-    (JOINING, On.FAIL):                     _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
-    (STABLE, On.FAIL):                      _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
-    (RECONCILING, On.FAIL):                 _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
-    (REVOKING, On.FAIL):                    _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
-    (LEAVING, On.FAIL):                     _row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (JOINING, On.FENCE):                    row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (STABLE, On.FENCE):                     row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (RECONCILING, On.FENCE):                row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (REVOKING, On.FENCE):                   row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (LEAVING, On.FENCE):                    row(FENCED, Do.LOSE, Do.STOP, Do.REPORT),
+    (UNJOINED, On.FAIL):                    row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (JOINING, On.FAIL):                     row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (STABLE, On.FAIL):                      row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (RECONCILING, On.FAIL):                 row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (REVOKING, On.FAIL):                    row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
+    (LEAVING, On.FAIL):                     row(FAILED, Do.LOSE, Do.STOP, Do.REPORT),
 }  # fmt: skip
-
-
-def _of(*outcomes: Outcome) -> frozenset[Outcome]:
-    return frozenset(outcomes)
-
-
-def _each(
-    states: Iterable[ConsumerState], outcomes: frozenset[Outcome]
-) -> dict[ConsumerState, frozenset[Outcome]]:
-    return dict.fromkeys(states, outcomes)
 
 
 _ALL = tuple(ConsumerState)
 _LIVE = (UNJOINED, JOINING, STABLE, RECONCILING, REVOKING, LEAVING)
 _MEMBER = (JOINING, STABLE, RECONCILING, REVOKING)  # in the group, not leaving
-_STAY = _of(On.STAY)
-_STAY_OR_FAIL = {**_each(_LIVE, _of(On.STAY, On.FAIL)), **_each(TERMINAL, _STAY)}
+_STAY = of(On.STAY)
+_STAY_OR_FAIL = {**each(_LIVE, of(On.STAY, On.FAIL)), **each(TERMINAL, _STAY)}
 # A new target (or one left waiting for RevocationDone) asks for every id it cannot name;
 # only TopicNames, in RECONCILING, can leave ids unnamed that were asked for already.
-_RECONCILE = _of(On.RECONCILED, On.AWAIT_TOPIC_NAMES, On.REVOKE)
-_RENAMED = _RECONCILE | _of(On.PARTLY_RECONCILED)
-_SUBSCRIBE = {UNJOINED: _of(On.JOIN, On.FAIL), **_each(_MEMBER, _of(On.STAY, On.FAIL))}
-_LEAVES = _of(On.SEND_LEAVE, On.LEAVE_QUIETLY)
-_REQUEST_FAILED = {**_each(_ALL, _STAY), LEAVING: _of(On.STAY, On.LEFT)}
-_ANSWER_LOSES = _of(On.STAY, On.MEMBER_FENCED, On.FENCE, On.FAIL)
+_RECONCILE = of(On.RECONCILED, On.AWAIT_TOPIC_NAMES, On.REVOKE)
+_RENAMED = _RECONCILE | of(On.PARTLY_RECONCILED)
+_SUBSCRIBE = {UNJOINED: of(On.JOIN, On.FAIL), **each(_MEMBER, of(On.STAY, On.FAIL))}
+_LEAVES = of(On.SEND_LEAVE, On.LEAVE_QUIETLY)
+_REQUEST_FAILED = {**each(_ALL, _STAY), LEAVING: of(On.STAY, On.LEFT)}
+_ANSWER_LOSES = of(On.STAY, On.MEMBER_FENCED, On.FENCE, On.FAIL)
 
 #: input type -> the states that accept it -> the outcomes its handler may name there.
 ACCEPTS: dict[type, dict[ConsumerState, frozenset[Outcome]]] = {
@@ -273,55 +235,43 @@ ACCEPTS: dict[type, dict[ConsumerState, frozenset[Outcome]]] = {
     Subscribe: _SUBSCRIBE,
     SubscribeRegex: _SUBSCRIBE,  # FAIL: the coordinator speaks only v0 (no regex)
     Leave: {
-        UNJOINED: _of(On.LEFT),
+        UNJOINED: of(On.LEFT),
         JOINING: _LEAVES,
-        **_each((STABLE, RECONCILING), _LEAVES | _of(On.REVOKE_THEN_LEAVE)),
-        REVOKING: _of(On.REVOKE_THEN_LEAVE, On.LEAVE_AFTER_REVOCATION),
-        **_each((LEAVING, *TERMINAL), _STAY),
+        **each((STABLE, RECONCILING), _LEAVES | of(On.REVOKE_THEN_LEAVE)),
+        REVOKING: of(On.REVOKE_THEN_LEAVE, On.LEAVE_AFTER_REVOCATION),
+        **each((LEAVING, *TERMINAL), _STAY),
     },
-    Commit: _each(_ALL, _STAY),
-    FetchCommitted: _each(_ALL, _STAY),
+    Commit: each(_ALL, _STAY),
+    FetchCommitted: each(_ALL, _STAY),
     RevocationDone: {
-        REVOKING: _of(On.STAY, On.JOIN) | _RECONCILE,
-        LEAVING: _of(On.STAY) | _LEAVES,
-        **_each(TERMINAL, _STAY),
+        REVOKING: of(On.STAY, On.JOIN) | _RECONCILE,
+        LEAVING: of(On.STAY) | _LEAVES,
+        **each(TERMINAL, _STAY),
     },
     Tick: {
-        **_each(_ALL, _STAY),
-        **_each((STABLE, RECONCILING, REVOKING, LEAVING), _of(On.STAY, On.SESSION_EXPIRED)),
+        **each(_ALL, _STAY),
+        **each((STABLE, RECONCILING, REVOKING, LEAVING), of(On.STAY, On.SESSION_EXPIRED)),
     },
     # driver reports
-    TopicNames: {**_each(_ALL, _STAY), RECONCILING: _STAY | _RENAMED},
+    TopicNames: {**each(_ALL, _STAY), RECONCILING: _STAY | _RENAMED},
     CoordinatorFound: _STAY_OR_FAIL,
     CoordinatorLookupFailed: _STAY_OR_FAIL,
     CoordinatorLost: _REQUEST_FAILED,  # every request in flight fails
     RequestFailed: _REQUEST_FAILED,
     # coordinator answers (each must match a request in flight)
     ConsumerGroupHeartbeatResponse: {
-        **_each((UNJOINED, *TERMINAL), _STAY),
+        **each((UNJOINED, *TERMINAL), _STAY),
         JOINING: _ANSWER_LOSES | (_RECONCILE - {On.REVOKE}),  # a joining member owns nothing
-        **_each((STABLE, RECONCILING), _ANSWER_LOSES | _RECONCILE),
+        **each((STABLE, RECONCILING), _ANSWER_LOSES | _RECONCILE),
         REVOKING: _ANSWER_LOSES,  # a new target waits for RevocationDone
-        LEAVING: _ANSWER_LOSES | _of(On.LEFT),
+        LEAVING: _ANSWER_LOSES | of(On.LEFT),
     },
     OffsetCommitResponse: _STAY_OR_FAIL,
     OffsetFetchResponse: _STAY_OR_FAIL,
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Transition:
-    """An accepted (state, input type): the outcomes it may come to and where they lead."""
-
-    outcomes: frozenset[Outcome]
-    targets: frozenset[ConsumerState]
-
-
 #: (state, input type) -> outcomes and target states. Nothing else is accepted.
-TRANSITIONS: dict[tuple[ConsumerState, type], Transition] = {
-    (state, input_type): Transition(
-        outcomes, frozenset(ROWS[(state, outcome)].next for outcome in outcomes)
-    )
-    for input_type, states in ACCEPTS.items()
-    for state, outcomes in states.items()
-}
+TRANSITIONS: dict[tuple[ConsumerState, type], Transition[ConsumerState, Outcome]] = (
+    derive_transitions(ACCEPTS, ROWS)
+)

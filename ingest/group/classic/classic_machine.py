@@ -33,12 +33,11 @@ fetches are ``offsets.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
-from ingest.group.answers import AnswerHandlers
-from ingest.group.commands import CommandHandlers
-from ingest.group.effects import EFFECTS, Effects
+from ingest.group import engine
+from ingest.group.classic.answers import AnswerHandlers
+from ingest.group.classic.classic_transitions import ROWS, TRANSITIONS, Effect, Outcome, Transition
+from ingest.group.classic.commands import CommandHandlers
+from ingest.group.classic.effects import EFFECTS, Effects
 from ingest.group.events import (
     Commit,
     CoordinatorFound,
@@ -54,8 +53,7 @@ from ingest.group.events import (
     Subscribe,
     Tick,
 )
-from ingest.group.transitions import ROWS, TRANSITIONS, Step, Transition
-from ingest.group.types import InvalidTransition
+from ingest.group.types import MemberState
 from ingest.protocol.messages import (
     HeartbeatResponse,
     JoinGroupResponse,
@@ -75,36 +73,14 @@ class GroupMachine(CommandHandlers, AnswerHandlers, Effects):
 
     def handle(self, event: Input, now: float) -> list[Output]:
         """Apply ``event`` at time ``now``; return the outputs in the order to act on them."""
-        before = self._state
-        transition = TRANSITIONS.get((before, type(event)))
-        if transition is None:
-            raise InvalidTransition(before, type(event))
-        out: list[Output] = []
-        named = _HANDLERS[type(event)](self, event, now, out)
-        for step in (named,) if isinstance(named, Step) else named:
-            self._step(step, transition, now, out)
-        if self._state not in transition.targets:
-            raise AssertionError(
-                f"{type(event).__name__} took {before.name} to {self._state.name}, "
-                f"which TRANSITIONS does not name"
-            )
-        self._pump(now, out)
-        return out
+        return _ENGINE.handle(self, event, now)
 
-    def _step(self, step: Step, transition: Transition, now: float, out: list[Output]) -> None:
-        """One table lookup: run the row's effects, then enter its state."""
-        row = ROWS.get((self._state, step.outcome))
-        if row is None or step.outcome not in transition.outcomes:
-            raise AssertionError(
-                f"{step.outcome.name} in {self._state.name} is not a row of ROWS named by "
-                f"this input's transition"
-            )
-        for effect in row.effects:
-            EFFECTS[effect](self, step, now, out)
-        self._state = row.next
+    def _enter(self, state: MemberState) -> None:
+        """Called by the engine only: the row's next state."""
+        self._state = state
 
 
-Handler = Callable[[GroupMachine, Any, float, list[Output]], Step | Iterator[Step]]
+Handler = engine.Handler["GroupMachine", Output]
 
 #: input type -> the handler naming its outcome (``ACCEPTS`` says where it is accepted).
 _HANDLERS: dict[type, Handler] = {
@@ -126,3 +102,7 @@ _HANDLERS: dict[type, Handler] = {
     OffsetCommitResponse: GroupMachine._on_commit_response,
     OffsetFetchResponse: GroupMachine._on_fetch_response,
 }
+
+_ENGINE: engine.Engine[GroupMachine, MemberState, Outcome, Effect, Output] = engine.Engine(
+    ROWS, TRANSITIONS, _HANDLERS, EFFECTS
+)

@@ -25,9 +25,27 @@ import uuid
 from collections.abc import Iterator
 
 from ingest.errors import RemoteProtocolError
-from ingest.group.consumer_core import COMMIT_VERSION, HEARTBEAT, REGEX_VERSION, ConsumerCore
-from ingest.group.consumer_events import ConsumerOutput, GroupWarning, SubscribeRegex, TopicNames
-from ingest.group.consumer_transitions import (
+from ingest.group.commits import (
+    commit_answered,
+    commit_lost,
+    fetch_answered,
+    fetch_lost,
+    refuse_commit,
+    refuse_fetch,
+)
+from ingest.group.consumer.consumer_core import (
+    COMMIT_VERSION,
+    HEARTBEAT,
+    REGEX_VERSION,
+    ConsumerCore,
+)
+from ingest.group.consumer.consumer_events import (
+    ConsumerOutput,
+    GroupWarning,
+    SubscribeRegex,
+    TopicNames,
+)
+from ingest.group.consumer.consumer_transitions import (
     JOINING,
     LEAVING,
     RECONCILING,
@@ -53,14 +71,6 @@ from ingest.group.events import (
     Tick,
 )
 from ingest.group.inflight import COMMIT, FETCH, Sent
-from ingest.group.offsets import (
-    commit_answered,
-    commit_lost,
-    fetch_answered,
-    fetch_lost,
-    refuse_commit,
-    refuse_fetch,
-)
 from ingest.group.requests import offset_commit_request, offset_fetch_request
 from ingest.group.types import InvalidTransition
 from ingest.protocol.error_codes import ErrorCode, error_for
