@@ -12,12 +12,13 @@ h11 and h2 (each protocol's ``*_transitions.py`` holds its tables):
    off, which reset the member, which lose the partitions and which are fatal).
    A handler never chooses a state.
 3. ``ROWS``: the row for (state, outcome) gives the next state and the effects.
-   ``Engine._step`` runs them and enters the state; nothing else sets one. An input
+   ``Engine._step`` runs them on the machine's record and enters the state;
+   nothing else sets one. An input
    that takes several steps (an assignment applied, then the rejoin a changed
    subscription asked for; each request a lost connection failed) yields them, one
    lookup each, and still ends in one of its transition's ``targets``.
 
-Requests go out from one place, the machine's ``_pump``, after every input.
+Requests go out from one place, the record's ``pump``, after every input.
 Reading a row tells where an outcome leads and what it does on the way.
 """
 
@@ -35,7 +36,7 @@ from ingest.group.types import InvalidTransition, Partition
 
 __all__ = [
     "Engine",
-    "Machine",
+    "Record",
     "Row",
     "Step",
     "Transition",
@@ -120,67 +121,71 @@ def derive_transitions(
     }
 
 
-class Machine(Protocol):
-    """What the engine needs of a machine: its state, and ``_pump`` after every input."""
+class Record(Protocol):
+    """What the engine needs of a machine's record: its state, and ``pump`` after every input."""
 
-    @property
-    def state(self) -> Any: ...
+    state: Any
 
-    def _enter(self, state: Any) -> None: ...
-
-    def _pump(self, now: float, out: list[Any]) -> None: ...
+    def pump(self, now: float, out: list[Any]) -> None: ...
 
 
-MachineT = TypeVar("MachineT", bound=Machine)
+MachineT = TypeVar("MachineT")
+RecordT = TypeVar("RecordT", bound=Record)
 
 #: A handler: reads its input and names the outcome (one step, or several in order).
 Handler = Callable[[MachineT, Any, float, list[OutputT]], Step[Any] | Iterator[Step[Any]]]
-#: An effect: carries out one ``Effect`` of a row with what the step brings.
-EffectFn = Callable[[MachineT, Step[Any], float, list[OutputT]], None]
+#: An effect: carries out one ``Effect`` of a row on the record, with what the step brings.
+EffectFn = Callable[[RecordT, Step[Any], float, list[OutputT]], None]
 
 
 @dataclass(frozen=True)
-class Engine(Generic[MachineT, StateT, OutcomeT, EffectT, OutputT]):
-    """One protocol's tables, handlers and effects, run the same way for both protocols."""
+class Engine(Generic[MachineT, RecordT, StateT, OutcomeT, EffectT, OutputT]):
+    """One protocol's tables, handlers and effects, run the same way for both protocols.
+
+    A machine keeps a record (its state and what it knows); its handlers read the
+    input and the record and name the outcome; the effects change the record.
+    """
 
     rows: Mapping[tuple[StateT, OutcomeT], Row[StateT, EffectT]]
     transitions: Mapping[tuple[StateT, type], Transition[StateT, OutcomeT]]
     handlers: Mapping[type, Handler[MachineT, OutputT]]
-    effects: Mapping[EffectT, EffectFn[MachineT, OutputT]]
+    effects: Mapping[EffectT, EffectFn[RecordT, OutputT]]
 
-    def handle(self, machine: MachineT, event: object, now: float) -> list[OutputT]:
+    def handle(
+        self, machine: MachineT, record: RecordT, event: object, now: float
+    ) -> list[OutputT]:
         """Apply ``event`` at time ``now``; return the outputs in the order to act on them."""
-        before = machine.state
+        before = record.state
         transition = self.transitions.get((before, type(event)))
         if transition is None:
             raise InvalidTransition(before, type(event))
         out: list[OutputT] = []
         named = self.handlers[type(event)](machine, event, now, out)
         for step in (named,) if isinstance(named, Step) else named:
-            self._step(machine, step, transition, now, out)
-        if machine.state not in transition.targets:
+            self._step(record, step, transition, now, out)
+        if record.state not in transition.targets:
             raise AssertionError(
-                f"{type(event).__name__} took {before.name} to {machine.state.name}, "
+                f"{type(event).__name__} took {before.name} to {record.state.name}, "
                 f"which TRANSITIONS does not name"
             )
-        machine._pump(now, out)
+        record.pump(now, out)
         return out
 
     def _step(
         self,
-        machine: MachineT,
+        record: RecordT,
         step: Step[Any],
         transition: Transition[StateT, OutcomeT],
         now: float,
         out: list[OutputT],
     ) -> None:
         """One table lookup: run the row's effects, then enter its state."""
-        row = self.rows.get((machine.state, step.outcome))
+        row = self.rows.get((record.state, step.outcome))
         if row is None or step.outcome not in transition.outcomes:
             raise AssertionError(
-                f"{step.outcome.name} in {machine.state.name} is not a row of ROWS named by "
+                f"{step.outcome.name} in {record.state.name} is not a row of ROWS named by "
                 f"this input's transition"
             )
         for effect in row.effects:
-            self.effects[effect](machine, step, now, out)
-        machine._enter(row.next)
+            self.effects[effect](record, step, now, out)
+        record.state = row.next

@@ -297,7 +297,7 @@ def apply_and_check(m: Member, event: Any, now: float) -> None:
     for output in outputs:
         if isinstance(output, PartitionsAssigned):
             assert output.added <= output.assignment
-            assert not output.added & snapshot["_owned"], "a kept partition was announced"
+            assert not output.added & snapshot["_m"].owned, "a kept partition was announced"
         if isinstance(output, SendRequest) and isinstance(
             output.request, ConsumerGroupHeartbeatRequest
         ):

@@ -1,5 +1,6 @@
-"""Building the classic protocol's requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
-for a given version, and the consumer protocol's assignment payload the leader sends.
+"""The classic protocol's requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) built for a
+given version, the assignment payload the leader sends, and the JoinGroup and SyncGroup
+answers' protocol and assignment read back. Pure functions.
 
 Fields a version cannot carry are left at their defaults (group.instance.id
 before the version that added it), so every request here encodes at the
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from ingest.errors import DecodeError, RemoteProtocolError
 from ingest.group.assignors import Assignor, MemberAssignment
 from ingest.group.classic.classic_config import GroupConfig
 from ingest.group.requests import topic_partitions
@@ -17,6 +19,7 @@ from ingest.group.types import Partition
 from ingest.protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
+    decode_assignment,
     encode_assignment,
     encode_subscription,
 )
@@ -24,10 +27,12 @@ from ingest.protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
     JoinGroupRequestProtocol,
+    JoinGroupResponse,
     LeaveGroupRequest,
     MemberIdentity,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
+    SyncGroupResponse,
 )
 
 __all__ = [
@@ -36,8 +41,11 @@ __all__ = [
     "encode_member_assignment",
     "heartbeat_request",
     "join_group_request",
+    "join_protocol_error",
     "leave_group_request",
+    "read_assignment",
     "sync_group_request",
+    "sync_protocol_error",
 ]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -132,3 +140,49 @@ def leave_group_request(
         member_id=member_id, group_instance_id=config.group_instance_id, reason=reason
     )
     return LeaveGroupRequest(group_id=config.group_id, members=(identity,))
+
+
+def join_protocol_error(response: JoinGroupResponse, config: GroupConfig) -> str | None:
+    """Why a JoinGroup answer's protocol is not one we offered; None when it is."""
+    if response.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE):
+        return (
+            f"JoinGroup: protocol type {response.protocol_type!r}, "
+            f"expected {CONSUMER_PROTOCOL_TYPE!r}"
+        )
+    name = response.protocol_name
+    if name is None or config.assignor(name) is None:
+        offered = [a.name for a in config.assignors]
+        return f"JoinGroup: the coordinator chose assignor {name!r}; we offered {offered}"
+    return None
+
+
+def sync_protocol_error(response: SyncGroupResponse, protocol_name: str | None) -> str | None:
+    """Why a SyncGroup answer's protocol is not the one we joined with; None when it is."""
+    if response.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE) or (
+        response.protocol_name is not None and response.protocol_name != protocol_name
+    ):
+        return (
+            f"SyncGroup answered protocol {response.protocol_type}/{response.protocol_name},"
+            f" we joined with {CONSUMER_PROTOCOL_TYPE}/{protocol_name}"
+        )
+    return None
+
+
+def read_assignment(data: bytes) -> tuple[frozenset[Partition], bytes | None]:
+    """The partitions and user_data of the leader's assignment (SyncGroup's answer).
+
+    An empty assignment is what a leader gives a member it assigned nothing.
+    ``RemoteProtocolError`` when it is unreadable.
+    """
+    if not data:
+        return frozenset(), None
+    try:
+        payload = decode_assignment(data)
+    except DecodeError as exc:
+        raise RemoteProtocolError(
+            f"the leader's SyncGroup assignment is unreadable: {exc}"
+        ) from exc
+    assigned = frozenset(
+        Partition(tp.topic, i) for tp in payload.assigned_partitions for i in tp.partitions
+    )
+    return assigned, payload.user_data
