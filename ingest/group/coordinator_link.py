@@ -14,6 +14,7 @@ treat alike.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TypeVar
@@ -26,6 +27,7 @@ from ingest.group.events import (
     Fatal,
     Fenced,
     FindCoordinator,
+    RequestFailed,
     SendRequest,
 )
 from ingest.group.inflight import Epoch, InFlight, Sent
@@ -102,6 +104,18 @@ class CoordinatorLink:
         api_key = type(request).api_key
         self.inflight.add(Sent(api_key, epoch, commit, partitions, sent_at))
         return SendRequest(request, version)
+
+    def lost(self, reason: str) -> Iterator[Sent]:
+        """The connection is lost: the coordinator is forgotten, and every request in flight
+        has failed (taken lazily, API by API, oldest first: ``InFlight.drain``)."""
+        self.forget(reason or "the coordinator connection was lost")
+        return self.inflight.drain()
+
+    def failed(self, event: RequestFailed, state: Enum) -> Sent:
+        """The oldest request of the failed one's API, taken; the coordinator is forgotten."""
+        sent = self.take(event.api_key, RequestFailed, state)
+        self.forget(event.reason or "a request to the coordinator failed")
+        return sent
 
     def take(self, api_key: int, input_type: type, state: Enum) -> Sent:
         """The request an answer (or a failure) of ``api_key`` belongs to: the oldest in flight."""

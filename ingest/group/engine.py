@@ -42,6 +42,7 @@ __all__ = [
     "Transition",
     "derive_transitions",
     "each",
+    "effect_methods",
     "of",
     "row",
 ]
@@ -136,6 +137,15 @@ RecordT = TypeVar("RecordT", bound=Record)
 Handler = Callable[[MachineT, Any, float, list[OutputT]], Step[Any] | Iterator[Step[Any]]]
 #: An effect: carries out one ``Effect`` of a row on the record, with what the step brings.
 EffectFn = Callable[[RecordT, Step[Any], float, list[OutputT]], None]
+
+
+def effect_methods(
+    record: type[RecordT], effects: type[EffectT]
+) -> dict[EffectT, EffectFn[RecordT, Any]]:
+    """Effect -> the record's method that carries it out: ``do_`` and the effect's name.
+
+    A record lacking one fails at import (AttributeError), before any input."""
+    return {effect: getattr(record, f"do_{effect.name.lower()}") for effect in effects}
 
 
 @dataclass(frozen=True)

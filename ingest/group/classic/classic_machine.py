@@ -289,17 +289,14 @@ class GroupMachine:
     def _on_coordinator_lost(
         self, event: CoordinatorLost, now: float, out: list[Output]
     ) -> Iterator[Step]:
-        self._m.link.forget(event.reason or "the coordinator connection was lost")
-        for sent in self._m.link.inflight.drain():
+        for sent in self._m.link.lost(event.reason):
             yield self._request_failed(sent, now, event.reason, out)
-        if (
-            self._m.state is SYNCING
-        ):  # the leader was waiting for metadata: this round cannot finish
+        if self._m.state is SYNCING:
+            # The leader was waiting for metadata: this round cannot finish.
             yield self._m.rejoin(now, "the coordinator was lost during the rebalance")
 
     def _on_request_failed(self, event: RequestFailed, now: float, out: list[Output]) -> Step:
-        sent = self._m.link.take(event.api_key, RequestFailed, self._m.state)
-        self._m.link.forget(event.reason or "a request to the coordinator failed")
+        sent = self._m.link.failed(event, self._m.state)
         return self._request_failed(sent, now, event.reason, out)
 
     def _request_failed(self, sent: Sent, now: float, reason: str, out: list[Output]) -> Step:

@@ -7,17 +7,19 @@ revoked, the session. Its ``do_*`` methods carry out the ``Effect``s the rows of
 (the engine enters the row's state after them). ``pump`` sends what is due after
 every input: the coordinator lookup when needed, the JoinGroup when due, and
 heartbeats (at most one in flight) every ``heartbeat_interval_ms`` while a member
-of a generation. The rest are questions about the record, answered without
-changing it.
+of a generation. ``rejoin``, ``joined``, ``lead``, ``sync``, ``assigned`` and
+``leave_now`` name the outcomes the record alone decides (the handlers call them);
+the rest are questions about the record, answered without changing it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ingest.errors import GroupProtocolError
+from ingest.group import engine
 from ingest.group.classic.classic_config import GroupConfig
 from ingest.group.classic.classic_requests import (
     heartbeat_request,
@@ -384,23 +386,7 @@ def fail_protocol(error: GroupProtocolError) -> Step:
     return Step(Outcome.FAIL, lost=fatal.message, report=fatal)
 
 
-EffectMethod = Callable[[ClassicMember, Step, float, list[Output]], None]
-
-#: Effect -> the method that carries it out.
-EFFECTS: dict[Effect, EffectMethod] = {
-    Effect.START_JOINING: ClassicMember.do_start_joining,
-    Effect.RETRY_JOIN: ClassicMember.do_retry_join,
-    Effect.REJOIN_AFTER_SYNC: ClassicMember.do_rejoin_after_sync,
-    Effect.ABANDON_ROUND: ClassicMember.do_abandon_round,
-    Effect.REVOKE: ClassicMember.do_revoke,
-    Effect.ASK_METADATA: ClassicMember.do_ask_metadata,
-    Effect.SEND_SYNC: ClassicMember.do_send_sync,
-    Effect.APPLY_ASSIGNMENT: ClassicMember.do_apply_assignment,
-    Effect.LOSE: ClassicMember.do_lose,
-    Effect.RESET_GENERATION: ClassicMember.do_reset_generation,
-    Effect.RESET_MEMBER: ClassicMember.do_reset_member,
-    Effect.STOP: ClassicMember.do_stop,
-    Effect.SEND_LEAVE_GROUP: ClassicMember.do_send_leave_group,
-    Effect.FORGET_MEMBERSHIP: ClassicMember.do_forget_membership,
-    Effect.REPORT: ClassicMember.do_report,
-}
+#: Effect -> the method that carries it out (``do_`` and the effect's name).
+EFFECTS: dict[Effect, engine.EffectFn[ClassicMember, Output]] = engine.effect_methods(
+    ClassicMember, Effect
+)

@@ -1,10 +1,11 @@
-"""The group machine's transition table: (state, outcome) -> next state and effects.
+"""The classic machine's transition table: (state, outcome) -> next state and effects.
 
 A handler reads its input, records what the input says (a member id, a
 subscription, that the coordinator moved) and names the ``Outcome``: a ``Step``.
 The row of ``ROWS`` for the machine's state and that outcome gives the next
 state and the ``Effect``s that carry the outcome out, in order. Handlers never
-choose a state: a state change is one lookup in ``ROWS``, as in h11 and h2. An
+choose a state: a state change is one lookup in ``ROWS``, as in h11 and h2, by the
+shared engine (``engine.py``); ``classic_member.py`` carries the effects out. An
 input may take more than one step (an assignment applied, then the rejoin the
 subscription asked for; each request a lost connection failed), each a lookup.
 
@@ -57,14 +58,7 @@ __all__ = [
     "Transition",
 ]
 
-UNJOINED = MemberState.UNJOINED
-JOINING = MemberState.JOINING
-SYNCING = MemberState.SYNCING
-STABLE = MemberState.STABLE
-REVOKING = MemberState.REVOKING
-LEAVING = MemberState.LEAVING
-FENCED = MemberState.FENCED
-FAILED = MemberState.FAILED
+UNJOINED, JOINING, SYNCING, STABLE, REVOKING, LEAVING, FENCED, FAILED = MemberState
 TERMINAL = frozenset({FENCED, FAILED})
 
 

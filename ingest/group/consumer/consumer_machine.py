@@ -328,15 +328,13 @@ class ConsumerMachine:
     def _on_coordinator_lost(
         self, event: CoordinatorLost, now: float, out: list[ConsumerOutput]
     ) -> Iterator[Step]:
-        self._m.link.forget(event.reason or "the coordinator connection was lost")
-        for sent in self._m.link.inflight.drain():
+        for sent in self._m.link.lost(event.reason):
             yield self._request_failed(sent, now, event.reason, out)
 
     def _on_request_failed(
         self, event: RequestFailed, now: float, out: list[ConsumerOutput]
     ) -> Step:
-        sent = self._m.link.take(event.api_key, RequestFailed, self._m.state)
-        self._m.link.forget(event.reason or "a request to the coordinator failed")
+        sent = self._m.link.failed(event, self._m.state)
         return self._request_failed(sent, now, event.reason, out)
 
     def _request_failed(

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 import uuid
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ingest.group import engine
 from ingest.group.consumer.consumer_config import ConsumerGroupConfig
 from ingest.group.consumer.consumer_events import ConsumerOutput, NeedTopicNames
 from ingest.group.consumer.consumer_requests import (
@@ -284,19 +284,7 @@ class ConsumerMember:
         out.append(step.report)
 
 
-EffectMethod = Callable[[ConsumerMember, Step, float, list[ConsumerOutput]], None]
-
-#: Effect -> the method that carries it out.
-EFFECTS: dict[Effect, EffectMethod] = {
-    Effect.START_JOINING: ConsumerMember.do_start_joining,
-    Effect.APPLY_ASSIGNMENT: ConsumerMember.do_apply_assignment,
-    Effect.ASK_TOPIC_NAMES: ConsumerMember.do_ask_topic_names,
-    Effect.REVOKE: ConsumerMember.do_revoke,
-    Effect.LOSE: ConsumerMember.do_lose,
-    Effect.RESET_EPOCH: ConsumerMember.do_reset_epoch,
-    Effect.ABANDON_ROUND: ConsumerMember.do_abandon_round,
-    Effect.SEND_LEAVE: ConsumerMember.do_send_leave,
-    Effect.FORGET_MEMBERSHIP: ConsumerMember.do_forget_membership,
-    Effect.STOP: ConsumerMember.do_stop,
-    Effect.REPORT: ConsumerMember.do_report,
-}
+#: Effect -> the method that carries it out (``do_`` and the effect's name).
+EFFECTS: dict[Effect, engine.EffectFn[ConsumerMember, ConsumerOutput]] = engine.effect_methods(
+    ConsumerMember, Effect
+)

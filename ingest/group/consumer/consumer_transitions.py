@@ -1,11 +1,12 @@
 """The consumer-protocol machine's transition table (KIP-848): (state, outcome) -> next state, effects.
 
-The classic table's twin (``transitions.py``), for a member whose coordinator
-assigns: one ConsumerGroupHeartbeat joins (member epoch 0), heartbeats, receives
-the target assignment and leaves (epoch -1, or -2 for a static member). A
-handler (``consumer_handlers.py``) reads its input, records what it says and names
+The classic table's twin (``classic/classic_transitions.py``), for a member whose
+coordinator assigns: one ConsumerGroupHeartbeat joins (member epoch 0), heartbeats,
+receives the target assignment and leaves (epoch -1, or -2 for a static member). A
+handler (``consumer_machine.py``) reads its input, records what it says and names
 the ``Outcome``; the row of ``ROWS`` for the machine's state and that outcome gives
-the next state and the ``Effect``s, in order. A state change is one lookup.
+the next state and the ``Effect``s, in order (``consumer_member.py`` carries them
+out). A state change is one lookup, by the shared engine (``engine.py``).
 
 ``ACCEPTS`` says, per input type, the states that accept it and the outcomes its
 handler may name there; any other (state, input) raises ``InvalidTransition``.
@@ -82,7 +83,7 @@ class ConsumerState(Enum):
 
     @property
     def for_offsets(self) -> MemberState:
-        """The classic state that commits and offset fetches treat alike (``offsets.py``)."""
+        """The classic state that commits and offset fetches treat alike (``commits.py``)."""
         return _FOR_OFFSETS[self]
 
 
@@ -97,14 +98,7 @@ _FOR_OFFSETS = {
     ConsumerState.FAILED: MemberState.FAILED,
 }
 
-UNJOINED = ConsumerState.UNJOINED
-JOINING = ConsumerState.JOINING
-STABLE = ConsumerState.STABLE
-RECONCILING = ConsumerState.RECONCILING
-REVOKING = ConsumerState.REVOKING
-LEAVING = ConsumerState.LEAVING
-FENCED = ConsumerState.FENCED
-FAILED = ConsumerState.FAILED
+UNJOINED, JOINING, STABLE, RECONCILING, REVOKING, LEAVING, FENCED, FAILED = ConsumerState
 TERMINAL = frozenset({FENCED, FAILED})
 
 
