@@ -5,6 +5,13 @@ protocol of KIP-848) take inputs (commands, ticks, driver reports, decoded
 coordinator responses) with the current monotonic time and return outputs
 (requests to send, lookups to make, events). A driver in a higher layer does
 the I/O. Nothing here reads a clock, opens a socket or starts a thread.
+
+Each protocol has its sub-package, ``classic/`` and ``consumer/`` (tables, settings,
+requests, the member's record, the machine); both run on one table engine
+(``engine.py``) and share the root modules: events, in-flight requests, the
+coordinator link, commits and offset fetches, requests both send, value types, the
+assignors and their snapshot. The sub-packages import the root, never each other;
+only this module imports both, to re-export them.
 """
 
 from __future__ import annotations

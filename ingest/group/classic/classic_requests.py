@@ -1,10 +1,8 @@
 """The classic protocol's requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) built for a
 given version, the assignment payload the leader sends, and the JoinGroup and SyncGroup
-answers' protocol and assignment read back. Pure functions.
-
-Fields a version cannot carry are left at their defaults (group.instance.id
-before the version that added it), so every request here encodes at the
-version it was built for.
+answers' protocol and assignment read back. Pure functions; as in ``requests.py``,
+each request encodes at the version it was built for (group.instance.id is left out
+before JoinGroup v5, SyncGroup and Heartbeat v3, LeaveGroup v3).
 """
 
 from __future__ import annotations
