@@ -282,9 +282,9 @@ class GroupMachine:
     ) -> Step:
         m = self._m
         fatal = m.link.lookup_failed(event, m.state, now + m.backoff(), m.state in TERMINAL)
-        return (
-            STAY if fatal is None else self._fail(fatal, f"FindCoordinator failed: {event.message}")
-        )
+        if fatal is None:
+            return STAY
+        return self._fail(fatal, f"FindCoordinator failed: {event.message}")
 
     def _on_coordinator_lost(
         self, event: CoordinatorLost, now: float, out: list[Output]
