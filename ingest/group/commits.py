@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 
-from ingest.group.coordinator_link import COORDINATOR_MOVED, CoordinatorLink
+from ingest.group.coordination import COORDINATOR_MOVED, Coordination
 from ingest.group.events import (
     Commit,
     CommitFailed,
@@ -177,7 +177,7 @@ def fetch_lost(partitions: frozenset[Partition], message: str) -> OffsetFetchFai
 
 
 def commit_or_refuse(
-    link: CoordinatorLink,
+    link: Coordination,
     commit: Commit,
     state: MemberState,
     *,
@@ -222,7 +222,7 @@ def commit_or_refuse(
 
 
 def fetch_or_refuse(
-    link: CoordinatorLink, fetch: FetchCommitted, state: MemberState, group_id: str, epoch: Epoch
+    link: Coordination, fetch: FetchCommitted, state: MemberState, group_id: str, epoch: Epoch
 ) -> OffsetsFetched | OffsetFetchFailed | SendRequest:
     """The member's own answer to ``fetch`` (``refuse_fetch``), or the OffsetFetch sent."""
     coordinator = link.found
@@ -236,7 +236,7 @@ def fetch_or_refuse(
 
 
 def commit_answer(
-    link: CoordinatorLink, response: OffsetCommitResponse, state: Enum
+    link: Coordination, response: OffsetCommitResponse, state: Enum
 ) -> tuple[OffsetsCommitted | CommitFailed, int, Sent]:
     """The OffsetCommit ``response`` answers: its event, its error code, and the request."""
     sent = link.take(COMMIT, OffsetCommitResponse, state)
@@ -246,7 +246,7 @@ def commit_answer(
 
 
 def fetch_response(
-    link: CoordinatorLink,
+    link: Coordination,
     response: OffsetFetchResponse,
     group_id: str,
     state: Enum,

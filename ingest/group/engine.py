@@ -1,9 +1,10 @@
 """The table engine both group machines run: a state change is one table lookup.
 
 ``GroupMachine`` (the classic protocol, ``classic/``) and ``ConsumerMachine`` (KIP-848,
-``consumer/``) each give an ``Engine`` their tables, their handlers and their
-effects; ``Engine.handle`` is their ``handle``. An input passes three places, as in
-h11 and h2 (each protocol's ``*_transitions.py`` holds its tables):
+``consumer/``) each give a ``TableEngine`` their tables, their handlers and their
+effects; ``TableEngine.handle`` is their ``handle``. A machine keeps a record of what
+the member knows (``ClassicMember``, ``ConsumerMember``). An input passes three
+places, as in h11 and h2 (each protocol's ``*_transitions.py`` holds its tables):
 
 1. ``TRANSITIONS``: is (state, input type) accepted? If not, ``InvalidTransition``
    is raised and nothing changes.
@@ -12,11 +13,11 @@ h11 and h2 (each protocol's ``*_transitions.py`` holds its tables):
    off, which reset the member, which lose the partitions and which are fatal).
    A handler never chooses a state.
 3. ``ROWS``: the row for (state, outcome) gives the next state and the effects.
-   ``Engine._step`` runs them on the machine's record and enters the state;
-   nothing else sets one. An input
-   that takes several steps (an assignment applied, then the rejoin a changed
-   subscription asked for; each request a lost connection failed) yields them, one
-   lookup each, and still ends in one of its transition's ``targets``.
+   ``TableEngine._step`` runs them on the record and enters the state; nothing
+   else sets one. An input that takes several steps (an assignment applied, then
+   the rejoin a changed subscription asked for; each request a lost connection
+   failed) yields them, one lookup each, and still ends in one of its transition's
+   ``targets``.
 
 Requests go out from one place, the record's ``pump``, after every input.
 Reading a row tells where an outcome leads and what it does on the way.
@@ -35,10 +36,10 @@ from ingest.group.events import Output
 from ingest.group.types import InvalidTransition, Partition
 
 __all__ = [
-    "Engine",
-    "Record",
+    "MemberRecord",
     "Row",
     "Step",
+    "TableEngine",
     "Transition",
     "derive_transitions",
     "each",
@@ -91,7 +92,7 @@ class Transition(Generic[StateT, OutcomeT]):
     """An accepted (state, input type): the outcomes it may come to and where they lead.
 
     An input that takes several steps still ends in one of ``targets``;
-    ``Engine.handle`` checks it.
+    ``TableEngine.handle`` checks it.
     """
 
     outcomes: frozenset[OutcomeT]
@@ -122,7 +123,7 @@ def derive_transitions(
     }
 
 
-class Record(Protocol):
+class MemberRecord(Protocol):
     """What the engine needs of a machine's record: its state, and ``pump`` after every input."""
 
     state: Any
@@ -131,7 +132,7 @@ class Record(Protocol):
 
 
 MachineT = TypeVar("MachineT")
-RecordT = TypeVar("RecordT", bound=Record)
+RecordT = TypeVar("RecordT", bound=MemberRecord)
 
 #: A handler: reads its input and names the outcome (one step, or several in order).
 Handler = Callable[[MachineT, Any, float, list[OutputT]], Step[Any] | Iterator[Step[Any]]]
@@ -149,7 +150,7 @@ def effect_methods(
 
 
 @dataclass(frozen=True)
-class Engine(Generic[MachineT, RecordT, StateT, OutcomeT, EffectT, OutputT]):
+class TableEngine(Generic[MachineT, RecordT, StateT, OutcomeT, EffectT, OutputT]):
     """One protocol's tables, handlers and effects, run the same way for both protocols.
 
     A machine keeps a record (its state and what it knows); its handlers read the

@@ -95,7 +95,7 @@ def test_rows_read_as_kip_848_says() -> None:
 
 def test_only_the_table_lookup_sets_the_state() -> None:
     """The record's ``state`` is set in two places in the consumer package and the engine: its
-    initial value, and the engine's one table lookup (``Engine._step``)."""
+    initial value, and the engine's one table lookup (``TableEngine._step``)."""
     places = []
     for path in sorted([*(GROUP / "consumer").glob("*.py"), GROUP / "engine.py"]):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -38,7 +38,7 @@ from ingest.group.consumer.consumer_events import (
 )
 from ingest.group.consumer.consumer_machine import ConsumerMachine
 from ingest.group.consumer.consumer_transitions import ROWS, TERMINAL, TRANSITIONS, Outcome
-from ingest.group.engine import Engine
+from ingest.group.engine import TableEngine
 from ingest.protocol.messages import (
     Assignment,
     ConsumerGroupHeartbeatRequest,
@@ -375,13 +375,13 @@ def test_every_input_type_in_every_scenario(scenario: str) -> None:
 def test_every_row_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each (state, outcome) row of ROWS is reached from some scenario by some input."""
     taken: set[tuple[S, Outcome]] = set()
-    step = Engine._step
+    step = TableEngine._step
 
     def recording(engine: Any, machine: ConsumerMachine, named: Any, *args: Any) -> None:
         taken.add((machine.state, named.outcome))
         step(engine, machine, named, *args)
 
-    monkeypatch.setattr(Engine, "_step", recording)
+    monkeypatch.setattr(TableEngine, "_step", recording)
     for scenario in SCENARIOS:
         for event in _typical_inputs():
             m = start(scenario)

@@ -77,7 +77,7 @@ def test_rows_read_as_the_protocol_says() -> None:
 
 def test_only_the_table_lookup_sets_the_state() -> None:
     """The record's ``state`` is set in two places in the classic package and the engine: its
-    initial value, and the engine's one table lookup (``Engine._step``). The consumer
+    initial value, and the engine's one table lookup (``TableEngine._step``). The consumer
     protocol's: ``test_consumer_table.py``."""
     places = []
     for path in sorted([*(GROUP / "classic").glob("*.py"), GROUP / "engine.py"]):

@@ -51,7 +51,7 @@ from ingest.group.commits import (
     fetch_response,
     request_lost,
 )
-from ingest.group.coordinator_link import COORDINATOR_MOVED, fail, fence
+from ingest.group.coordination import COORDINATOR_MOVED, fail, fence
 from ingest.group.events import (
     Commit,
     CoordinatorFound,
@@ -482,6 +482,6 @@ HANDLERS: dict[type, Handler] = {
     OffsetFetchResponse: GroupMachine._on_fetch_response,
 }
 
-_ENGINE: engine.Engine[GroupMachine, ClassicMember, MemberState, Outcome, Effect, Output] = (
-    engine.Engine(ROWS, TRANSITIONS, HANDLERS, EFFECTS)
+_ENGINE: engine.TableEngine[GroupMachine, ClassicMember, MemberState, Outcome, Effect, Output] = (
+    engine.TableEngine(ROWS, TRANSITIONS, HANDLERS, EFFECTS)
 )

@@ -40,7 +40,7 @@ from ingest.group.classic.classic_transitions import (
     Step,
 )
 from ingest.group.classic.leader import Leadership, NeedsMetadata, assign_group
-from ingest.group.coordinator_link import CoordinatorLink
+from ingest.group.coordination import Coordination
 from ingest.group.events import (
     Fatal,
     Left,
@@ -67,7 +67,7 @@ class ClassicMember:
     config: GroupConfig = field(compare=False, repr=False)  # fixed: not part of the state
     state: MemberState = UNJOINED
     subscription: frozenset[str] = frozenset()
-    link: CoordinatorLink = field(default_factory=CoordinatorLink)
+    link: Coordination = field(default_factory=Coordination)
     member_id: str = ""
     generation_id: int = -1
     # The generation whose SyncGroup gave us what we own. The subscription carries this,

@@ -73,7 +73,7 @@ from ingest.group.consumer.consumer_transitions import (
     Outcome,
     Step,
 )
-from ingest.group.coordinator_link import COORDINATOR_MOVED, fail, fence
+from ingest.group.coordination import COORDINATOR_MOVED, fail, fence
 from ingest.group.events import (
     Commit,
     CoordinatorFound,
@@ -471,6 +471,6 @@ HANDLERS: dict[type, Handler] = {
     OffsetFetchResponse: ConsumerMachine._on_fetch_response,
 }
 
-_ENGINE: engine.Engine[
+_ENGINE: engine.TableEngine[
     ConsumerMachine, ConsumerMember, ConsumerState, Outcome, Effect, ConsumerOutput
-] = engine.Engine(ROWS, TRANSITIONS, HANDLERS, EFFECTS)
+] = engine.TableEngine(ROWS, TRANSITIONS, HANDLERS, EFFECTS)

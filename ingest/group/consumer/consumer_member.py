@@ -40,7 +40,7 @@ from ingest.group.consumer.consumer_transitions import (
     Outcome,
     Step,
 )
-from ingest.group.coordinator_link import CoordinatorLink
+from ingest.group.coordination import Coordination
 from ingest.group.events import Left, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 from ingest.group.inflight import COMMIT, FETCH, Epoch, InFlight
 from ingest.group.types import Partition
@@ -51,8 +51,8 @@ __all__ = ["EFFECTS", "ConsumerMember"]
 _API_KEYS = (HEARTBEAT, COMMIT, FETCH)  # the order a lost connection fails them
 
 
-def _link() -> CoordinatorLink:
-    return CoordinatorLink(InFlight(queues={key: deque() for key in _API_KEYS}))
+def _link() -> Coordination:
+    return Coordination(InFlight(queues={key: deque() for key in _API_KEYS}))
 
 
 @dataclass
@@ -64,7 +64,7 @@ class ConsumerMember:
     state: ConsumerState = UNJOINED
     topics: frozenset[str] = frozenset()
     regex: str | None = None
-    link: CoordinatorLink = field(default_factory=_link)
+    link: Coordination = field(default_factory=_link)
     member_epoch: int = 0
     # A round is one membership attempt; answers to heartbeats of an abandoned one are stale.
     round: int = 0

@@ -1,10 +1,12 @@
-"""The coordinator as a member of either protocol sees it, and what its refusals come to.
+"""A member's coordination with its coordinator, in either protocol, and what its refusals
+come to.
 
-``CoordinatorLink`` holds the coordinator found (or the lookup: asked for, when to
-ask again, why), and the requests in flight to it (``inflight.py``: an answer is
-matched to the oldest request of its API). Both machines hold one and use it the
-same way: ``look_up`` from their ``pump``, ``send`` and ``take`` for every request,
-``forget`` when an answer or a lost connection says the coordinator moved.
+``Coordination`` holds the coordinator found (or the lookup: asked for, when to ask
+again, why), and the requests in flight to it (``inflight.py``: an answer is matched to
+the oldest request of its API). Both machines' records hold one (``link``) and use it
+the same way: ``look_up`` from their ``pump``, ``send`` and ``take`` for every request,
+``forget`` when an answer or a lost connection says the coordinator moved. (The
+connections themselves are the supervisor's, ``membership_io.py``.)
 
 ``fail`` and ``fence`` name the outcomes both protocols give a fatal error code and
 FENCED_INSTANCE_ID; ``LOOKUP_FATAL`` and ``COORDINATOR_MOVED`` are the codes both
@@ -35,7 +37,7 @@ from ingest.group.types import InvalidTransition, Partition
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.schema import Request
 
-__all__ = ["COORDINATOR_MOVED", "LOOKUP_FATAL", "CoordinatorLink", "fail", "fence"]
+__all__ = ["COORDINATOR_MOVED", "LOOKUP_FATAL", "Coordination", "fail", "fence"]
 
 E = ErrorCode
 OutcomeT = TypeVar("OutcomeT", bound=Enum)
@@ -47,7 +49,7 @@ COORDINATOR_MOVED = frozenset({E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR})
 
 
 @dataclass
-class CoordinatorLink:
+class Coordination:
     """The coordinator found or being looked up, and the requests in flight to it."""
 
     inflight: InFlight = field(default_factory=InFlight)
