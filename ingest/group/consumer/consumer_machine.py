@@ -16,8 +16,9 @@ for a restart; a dynamic one with -1.
 
 The engine (``engine.py``) runs it with the tables of ``consumer_transitions.py``: the
 handlers here read each input and name the outcome; the effects change the record.
-Errors follow Kafka's consumer
-(``AbstractHeartbeatRequestManager``, ``ConsumerHeartbeatRequestManager``):
+
+Errors follow Kafka's consumer (``AbstractHeartbeatRequestManager``,
+``ConsumerHeartbeatRequestManager``):
 
 - FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: the partitions are lost; rejoin at epoch 0
   at once (or once a pending revocation is acknowledged).
