@@ -142,22 +142,71 @@ def test_the_pure_layers_use_no_socket_thread_or_clock() -> None:
 
 # The consumer group protocol (KIP-848) sits beside the classic machine, in the pure layer.
 CONSUMER_PROTOCOL_MODULES = [
-    "ingest/group/consumer_config.py",
-    "ingest/group/consumer_core.py",
-    "ingest/group/consumer_effects.py",
-    "ingest/group/consumer_events.py",
-    "ingest/group/consumer_handlers.py",
-    "ingest/group/consumer_machine.py",
-    "ingest/group/consumer_transitions.py",
+    "ingest/group/consumer/consumer_config.py",
+    "ingest/group/consumer/consumer_events.py",
+    "ingest/group/consumer/consumer_machine.py",
+    "ingest/group/consumer/consumer_member.py",
+    "ingest/group/consumer/consumer_requests.py",
+    "ingest/group/consumer/consumer_transitions.py",
     "ingest/protocol/messages/consumer_group.py",
     "ingest/protocol/messages/consumer_group_describe.py",
 ]
 
 
 def test_the_consumer_protocol_modules_are_pure() -> None:
+    listed = {name for name in CONSUMER_PROTOCOL_MODULES if name.startswith("ingest/group/")}
+    package = ROOT / "ingest" / "group" / "consumer"
+    present = {
+        str(path.relative_to(ROOT)) for path in package.glob("*.py") if path.name != "__init__.py"
+    }
+    assert listed == present
     for name in CONSUMER_PROTOCOL_MODULES:
         path = ROOT / name
         assert part_of(path) in PURE, name
         found = {m.split(".")[1] for m in imports(path) if m.startswith("ingest.")}
         assert found <= {"errors", "protocol", "group"}, (name, found)
         assert not {m.split(".")[0] for m in imports(path)} & IMPURE_MODULES, name
+
+
+# Inside the group package: the shared root modules (engine, events, inflight, commits, ...)
+# below the two protocols' sub-packages, which never import each other.
+GROUP_PROTOCOLS = ("classic", "consumer")
+
+
+def group_imports(path: Path) -> set[str]:
+    """``imports``, with ``from ingest.group import x`` also counted as ``ingest.group.x``."""
+    found = imports(path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        if node.module.startswith("ingest.group"):
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_the_group_sub_packages_import_downward_only() -> None:
+    """``group/classic`` and ``group/consumer`` import the group's root modules,
+    ``ingest.protocol`` and ``ingest.errors``, never each other; a root module never
+    imports either of them, except ``ingest/group/__init__.py``, which re-exports both."""
+    group = ROOT / "ingest" / "group"
+    wrong = []
+    seen = dict.fromkeys(GROUP_PROTOCOLS, 0)
+    for path in sorted(group.rglob("*.py")):
+        parts = path.relative_to(group).parts
+        own = parts[0] if len(parts) > 1 else None  # its protocol, or None: a root module
+        if own is not None:
+            assert own in GROUP_PROTOCOLS, path
+            seen[own] += 1
+        for module in group_imports(path):
+            names = module.split(".")
+            if names[0] != "ingest":
+                continue
+            if own is not None and names[1] not in ("group", "protocol", "errors"):
+                wrong.append(f"{path.relative_to(ROOT)}: imports {module}")
+            target = names[2] if names[:2] == ["ingest", "group"] and len(names) > 2 else None
+            if target not in GROUP_PROTOCOLS or target == own:
+                continue
+            if own is not None or path.name != "__init__.py":
+                wrong.append(f"{path.relative_to(ROOT)}: imports {module}")
+    assert wrong == []
+    assert all(count > 1 for count in seen.values()), seen

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ingest.errors import GroupError, GroupProtocolError, LocalProtocolError, RemoteProtocolError
-from ingest.group.config import CoordinatorVersions
+from ingest.group.coordinator_versions import CoordinatorVersions
 from ingest.group.types import Partition
 from ingest.protocol.messages import (
     HeartbeatResponse,

@@ -1,4 +1,5 @@
-"""Building group requests for a given version, and reading offset responses.
+"""The requests and answers both protocols share: OffsetCommit and OffsetFetch built for a
+given version, their answers read, and partitions grouped by topic.
 
 Fields a version cannot carry are left at their defaults (group.instance.id
 before the version that added it), so every request here encodes at the
@@ -11,24 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ingest.group.assignors import Assignor, MemberAssignment
-from ingest.group.config import GroupConfig
 from ingest.group.events import CommittedOffset
 from ingest.group.types import Partition, partitions_by_topic
-from ingest.protocol.consumer import (
-    ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
-    TopicPartition,
-    encode_assignment,
-    encode_subscription,
-)
+from ingest.protocol.consumer import TopicPartition
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import (
-    HeartbeatRequest,
-    JoinGroupRequest,
-    JoinGroupRequestProtocol,
-    LeaveGroupRequest,
-    MemberIdentity,
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
@@ -38,29 +26,17 @@ from ingest.protocol.messages import (
     OffsetFetchRequestTopic,
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupRequestAssignment,
 )
 
 __all__ = [
-    "CONSUMER_PROTOCOL_TYPE",
     "FetchOutcome",
     "GroupIdentity",
     "commit_error",
-    "encode_member_assignment",
     "fetch_outcome",
-    "heartbeat_request",
-    "join_group_request",
-    "leave_group_request",
     "offset_commit_request",
     "offset_fetch_request",
-    "sync_group_request",
     "topic_partitions",
 ]
-
-CONSUMER_PROTOCOL_TYPE = "consumer"
-PAYLOAD_VERSION = 3  # ConsumerProtocolSubscription / ConsumerProtocolAssignment, as Kafka sends
-STATIC_JOIN_VERSION = 5  # JoinGroup carries group.instance.id from v5 (KIP-345)
 
 
 def topic_partitions(partitions: Iterable[Partition]) -> tuple[TopicPartition, ...]:
@@ -68,95 +44,6 @@ def topic_partitions(partitions: Iterable[Partition]) -> tuple[TopicPartition, .
         TopicPartition(topic=topic, partitions=tuple(indexes))
         for topic, indexes in partitions_by_topic(partitions).items()
     )
-
-
-def join_group_request(
-    config: GroupConfig,
-    *,
-    member_id: str,
-    topics: Iterable[str],
-    owned: Iterable[Partition],
-    generation_id: int,
-    reason: str,
-    version: int,
-) -> JoinGroupRequest:
-    owned_partitions = topic_partitions(owned)
-    sorted_topics = tuple(sorted(topics))
-
-    def metadata(assignor: Assignor) -> bytes:
-        subscription = ConsumerProtocolSubscription(
-            topics=sorted_topics,
-            user_data=assignor.subscription_user_data(generation_id),
-            owned_partitions=owned_partitions,
-            generation_id=generation_id,
-        )
-        return encode_subscription(subscription, PAYLOAD_VERSION)
-
-    return JoinGroupRequest(
-        group_id=config.group_id,
-        session_timeout_ms=config.session_timeout_ms,
-        rebalance_timeout_ms=config.rebalance_timeout_ms,
-        member_id=member_id,
-        group_instance_id=config.group_instance_id if version >= STATIC_JOIN_VERSION else None,
-        protocol_type=CONSUMER_PROTOCOL_TYPE,
-        protocols=tuple(
-            JoinGroupRequestProtocol(name=a.name, metadata=metadata(a)) for a in config.assignors
-        ),
-        reason=reason,
-    )
-
-
-def encode_member_assignment(assignment: MemberAssignment) -> bytes:
-    payload = ConsumerProtocolAssignment(
-        assigned_partitions=topic_partitions(assignment.partitions),
-        user_data=assignment.user_data,
-    )
-    return encode_assignment(payload, PAYLOAD_VERSION)
-
-
-def sync_group_request(
-    config: GroupConfig,
-    *,
-    generation_id: int,
-    member_id: str,
-    protocol_name: str | None,
-    assignments: Mapping[str, bytes],
-    version: int,
-) -> SyncGroupRequest:
-    return SyncGroupRequest(
-        group_id=config.group_id,
-        generation_id=generation_id,
-        member_id=member_id,
-        group_instance_id=config.group_instance_id if version >= 3 else None,
-        protocol_type=CONSUMER_PROTOCOL_TYPE,
-        protocol_name=protocol_name,
-        assignments=tuple(
-            SyncGroupRequestAssignment(member_id=member, assignment=data)
-            for member, data in sorted(assignments.items())
-        ),
-    )
-
-
-def heartbeat_request(
-    config: GroupConfig, *, generation_id: int, member_id: str, version: int
-) -> HeartbeatRequest:
-    return HeartbeatRequest(
-        group_id=config.group_id,
-        generation_id=generation_id,
-        member_id=member_id,
-        group_instance_id=config.group_instance_id if version >= 3 else None,
-    )
-
-
-def leave_group_request(
-    config: GroupConfig, *, member_id: str, reason: str, version: int
-) -> LeaveGroupRequest:
-    if version < 3:
-        return LeaveGroupRequest(group_id=config.group_id, member_id=member_id)
-    identity = MemberIdentity(
-        member_id=member_id, group_instance_id=config.group_instance_id, reason=reason
-    )
-    return LeaveGroupRequest(group_id=config.group_id, members=(identity,))
 
 
 class GroupIdentity(Protocol):

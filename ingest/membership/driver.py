@@ -51,7 +51,7 @@ from ingest.group import (
     Tick,
     TopicNames,
 )
-from ingest.group.consumer_events import CONSUMER_INPUT_TYPES, ConsumerInput
+from ingest.group.consumer.consumer_events import CONSUMER_INPUT_TYPES, ConsumerInput
 from ingest.membership.link import CoordinatorLink
 from ingest.protocol.partition import Partition
 

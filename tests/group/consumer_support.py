@@ -8,10 +8,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ingest.group import CoordinatorFound, CoordinatorVersions, Partition, Subscribe, Tick
-from ingest.group.consumer_config import ConsumerGroupConfig
-from ingest.group.consumer_events import ConsumerOutput, TopicNames
-from ingest.group.consumer_machine import ConsumerMachine
-from ingest.group.consumer_transitions import ConsumerState
+from ingest.group.consumer.consumer_config import ConsumerGroupConfig
+from ingest.group.consumer.consumer_events import ConsumerOutput, TopicNames
+from ingest.group.consumer.consumer_machine import ConsumerMachine
+from ingest.group.consumer.consumer_transitions import ConsumerState
 from ingest.protocol.error_codes import ErrorCode
 from ingest.protocol.messages import (
     Assignment,

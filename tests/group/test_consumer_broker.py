@@ -36,15 +36,15 @@ from ingest.group import (
     Subscribe,
     Tick,
 )
-from ingest.group.consumer_config import ConsumerGroupConfig
-from ingest.group.consumer_events import (
+from ingest.group.consumer.consumer_config import ConsumerGroupConfig
+from ingest.group.consumer.consumer_events import (
     ConsumerOutput,
     NeedTopicNames,
     SubscribeRegex,
     TopicNames,
 )
-from ingest.group.consumer_machine import ConsumerMachine
-from ingest.group.consumer_transitions import ConsumerState
+from ingest.group.consumer.consumer_machine import ConsumerMachine
+from ingest.group.consumer.consumer_transitions import ConsumerState
 from ingest.protocol.messages import (
     COORDINATOR_GROUP,
     FindCoordinatorRequest,

@@ -28,9 +28,14 @@ from ingest.group import (
     Subscribe,
     Tick,
 )
-from ingest.group.consumer_config import ConsumerGroupConfig
-from ingest.group.consumer_events import GroupWarning, NeedTopicNames, SubscribeRegex, TopicNames
-from ingest.group.consumer_machine import ConsumerMachine
+from ingest.group.consumer.consumer_config import ConsumerGroupConfig
+from ingest.group.consumer.consumer_events import (
+    GroupWarning,
+    NeedTopicNames,
+    SubscribeRegex,
+    TopicNames,
+)
+from ingest.group.consumer.consumer_machine import ConsumerMachine
 from ingest.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     OffsetCommitRequest,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ingest.group.consumer_effects import CONSUMER_EFFECTS
-from ingest.group.consumer_events import CONSUMER_INPUT_TYPES
-from ingest.group.consumer_machine import CONSUMER_HANDLERS
-from ingest.group.consumer_transitions import (
+from ingest.group.consumer.consumer_events import CONSUMER_INPUT_TYPES
+from ingest.group.consumer.consumer_machine import HANDLERS
+from ingest.group.consumer.consumer_member import EFFECTS
+from ingest.group.consumer.consumer_transitions import (
     ACCEPTS,
     ROWS,
     TERMINAL,
@@ -26,11 +26,11 @@ On = Outcome
 
 
 def test_every_input_has_a_handler_and_an_acceptance_row() -> None:
-    assert set(CONSUMER_HANDLERS) == set(CONSUMER_INPUT_TYPES) == set(ACCEPTS)
+    assert set(HANDLERS) == set(CONSUMER_INPUT_TYPES) == set(ACCEPTS)
 
 
 def test_every_effect_is_implemented() -> None:
-    assert set(CONSUMER_EFFECTS) == set(Effect)
+    assert set(EFFECTS) == set(Effect)
 
 
 def test_the_size_of_the_table() -> None:
@@ -94,16 +94,21 @@ def test_rows_read_as_kip_848_says() -> None:
 
 
 def test_only_the_table_lookup_sets_the_state() -> None:
-    """``self._state = ...`` appears twice in the consumer modules: the start and ``_step``."""
+    """The record's ``state`` is set in two places in the consumer package and the engine: its
+    initial value, and the engine's one table lookup (``TableEngine._step``)."""
     places = []
-    for path in sorted(GROUP.glob("consumer_*.py")):
+    for path in sorted([*(GROUP / "consumer").glob("*.py"), GROUP / "engine.py"]):
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets = [node.target]
+            else:
+                continue
             for target in targets:
-                if isinstance(target, ast.Attribute) and target.attr == "_state":
+                field = isinstance(target, ast.Name) and target.id == "state"
+                if (isinstance(node, ast.AnnAssign) and field and node.value is not None) or (
+                    isinstance(target, ast.Attribute) and target.attr in ("state", "_state")
+                ):
                     places.append((path.name, ast.unparse(node.value)))
-    assert sorted(places) == [("consumer_core.py", "UNJOINED"), ("consumer_machine.py", "row.next")]
+    assert sorted(places) == [("consumer_member.py", "UNJOINED"), ("engine.py", "row.next")]

@@ -30,14 +30,15 @@ from ingest.group import (
     Subscribe,
     Tick,
 )
-from ingest.group.consumer_events import (
+from ingest.group.consumer.consumer_events import (
     CONSUMER_INPUT_TYPES,
     CONSUMER_OUTPUT_TYPES,
     SubscribeRegex,
     TopicNames,
 )
-from ingest.group.consumer_machine import ConsumerMachine
-from ingest.group.consumer_transitions import ROWS, TERMINAL, TRANSITIONS, Outcome
+from ingest.group.consumer.consumer_machine import ConsumerMachine
+from ingest.group.consumer.consumer_transitions import ROWS, TERMINAL, TRANSITIONS, Outcome
+from ingest.group.engine import TableEngine
 from ingest.protocol.messages import (
     Assignment,
     ConsumerGroupHeartbeatRequest,
@@ -296,7 +297,7 @@ def apply_and_check(m: Member, event: Any, now: float) -> None:
     for output in outputs:
         if isinstance(output, PartitionsAssigned):
             assert output.added <= output.assignment
-            assert not output.added & snapshot["_owned"], "a kept partition was announced"
+            assert not output.added & snapshot["_m"].owned, "a kept partition was announced"
         if isinstance(output, SendRequest) and isinstance(
             output.request, ConsumerGroupHeartbeatRequest
         ):
@@ -374,13 +375,13 @@ def test_every_input_type_in_every_scenario(scenario: str) -> None:
 def test_every_row_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each (state, outcome) row of ROWS is reached from some scenario by some input."""
     taken: set[tuple[S, Outcome]] = set()
-    step = ConsumerMachine._step
+    step = TableEngine._step
 
-    def recording(machine: ConsumerMachine, named: Any, *args: Any) -> None:
+    def recording(engine: Any, machine: ConsumerMachine, named: Any, *args: Any) -> None:
         taken.add((machine.state, named.outcome))
-        step(machine, named, *args)
+        step(engine, machine, named, *args)
 
-    monkeypatch.setattr(ConsumerMachine, "_step", recording)
+    monkeypatch.setattr(TableEngine, "_step", recording)
     for scenario in SCENARIOS:
         for event in _typical_inputs():
             m = start(scenario)

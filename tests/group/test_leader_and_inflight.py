@@ -15,6 +15,14 @@ from ingest.group import (
     RangeAssignor,
     RebalanceProtocol,
 )
+from ingest.group.classic.leader import (
+    Assignments,
+    Leadership,
+    NeedsMetadata,
+    assign_group,
+    cooperative_violation,
+    read_subscriptions,
+)
 from ingest.group.inflight import (
     COMMIT,
     GROUP_API_KEYS,
@@ -24,14 +32,6 @@ from ingest.group.inflight import (
     Epoch,
     InFlight,
     Sent,
-)
-from ingest.group.leader import (
-    Assignments,
-    Leadership,
-    NeedsMetadata,
-    assign_group,
-    cooperative_violation,
-    read_subscriptions,
 )
 from ingest.group.requests import topic_partitions
 from ingest.protocol.consumer import (

@@ -8,16 +8,16 @@ import ast
 from pathlib import Path
 
 from ingest.group import INPUT_TYPES, TRANSITIONS, MemberState
-from ingest.group.effects import EFFECTS
-from ingest.group.machine import _HANDLERS
-from ingest.group.transitions import ACCEPTS, ROWS, TERMINAL, Effect, Outcome
+from ingest.group.classic.classic_machine import HANDLERS
+from ingest.group.classic.classic_member import EFFECTS
+from ingest.group.classic.classic_transitions import ACCEPTS, ROWS, TERMINAL, Effect, Outcome
 
 GROUP = Path(__file__).resolve().parents[2] / "ingest" / "group"
 S = MemberState
 
 
 def test_every_input_has_a_handler_and_an_acceptance_row() -> None:
-    assert set(_HANDLERS) == set(INPUT_TYPES) == set(ACCEPTS)
+    assert set(HANDLERS) == set(INPUT_TYPES) == set(ACCEPTS)
 
 
 def test_every_effect_is_implemented() -> None:
@@ -76,19 +76,22 @@ def test_rows_read_as_the_protocol_says() -> None:
 
 
 def test_only_the_table_lookup_sets_the_state() -> None:
-    """``self._state = ...`` appears twice in the classic machine's modules: the initial state
-    and ``_step`` (the consumer protocol's ``consumer_*.py``: ``test_consumer_table.py``)."""
+    """The record's ``state`` is set in two places in the classic package and the engine: its
+    initial value, and the engine's one table lookup (``TableEngine._step``). The consumer
+    protocol's: ``test_consumer_table.py``."""
     places = []
-    for path in sorted(GROUP.glob("*.py")):
-        if path.name.startswith("consumer_"):
-            continue
+    for path in sorted([*(GROUP / "classic").glob("*.py"), GROUP / "engine.py"]):
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets = [node.target]
+            else:
+                continue
             for target in targets:
-                if isinstance(target, ast.Attribute) and target.attr == "_state":
+                field = isinstance(target, ast.Name) and target.id == "state"
+                if (isinstance(node, ast.AnnAssign) and field and node.value is not None) or (
+                    isinstance(target, ast.Attribute) and target.attr in ("state", "_state")
+                ):
                     places.append((path.name, ast.unparse(node.value)))
-    assert sorted(places) == [("core.py", "UNJOINED"), ("machine.py", "row.next")]
+    assert sorted(places) == [("classic_member.py", "UNJOINED"), ("engine.py", "row.next")]

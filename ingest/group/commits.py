@@ -1,13 +1,17 @@
-"""Offsets through the group: the answers the machine gives a Commit or FetchCommitted
-itself, and the events an OffsetCommit or OffsetFetch answer becomes.
+"""Offsets through the group, for both protocols: the answers a machine gives a Commit or
+FetchCommitted itself, the OffsetCommit or OffsetFetch it sends otherwise, and the
+events their answers (or their loss) become.
 
-Pure functions of what the machine knows. The machine sends the requests and
-decides, from the error code these return, what an answer means for its
-membership (``machine.py``); nothing here changes a state.
+Functions of what the machine knows. The machine decides, from the error code these
+return, what an answer means for its membership; nothing here changes a state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from enum import Enum
+
+from ingest.group.coordination import COORDINATOR_MOVED, Coordination
 from ingest.group.events import (
     Commit,
     CommitFailed,
@@ -15,20 +19,33 @@ from ingest.group.events import (
     OffsetFetchFailed,
     OffsetsCommitted,
     OffsetsFetched,
+    SendRequest,
 )
-from ingest.group.requests import commit_error, fetch_outcome
+from ingest.group.inflight import COMMIT, FETCH, Epoch, Sent
+from ingest.group.requests import (
+    GroupIdentity,
+    commit_error,
+    fetch_outcome,
+    offset_commit_request,
+    offset_fetch_request,
+)
 from ingest.group.types import MemberState, Partition
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import OffsetCommitResponse, OffsetFetchResponse
 
 __all__ = [
     "COMMIT_RETRIABLE",
+    "commit_answer",
     "commit_answered",
     "commit_lost",
+    "commit_or_refuse",
     "fetch_answered",
     "fetch_lost",
+    "fetch_or_refuse",
+    "fetch_response",
     "refuse_commit",
     "refuse_fetch",
+    "request_lost",
 ]
 
 E = ErrorCode
@@ -157,3 +174,102 @@ def fetch_answered(
 def fetch_lost(partitions: frozenset[Partition], message: str) -> OffsetFetchFailed:
     """The OffsetFetch got no answer: it may be asked again."""
     return OffsetFetchFailed(partitions, None, "REQUEST_FAILED", True, message)
+
+
+def commit_or_refuse(
+    link: Coordination,
+    commit: Commit,
+    state: MemberState,
+    *,
+    active: bool,
+    assignment: frozenset[Partition],
+    identity: GroupIdentity,
+    generation_id: int,
+    member_id: str,
+    epoch: Epoch,
+    generation: int | None = None,
+    membership_since: int | None = None,
+    leader_epochs: Mapping[Partition, int] | None = None,
+) -> CommitFailed | OffsetsCommitted | SendRequest:
+    """The member's own answer to ``commit`` (``refuse_commit``), or the OffsetCommit sent.
+
+    ``generation_id`` goes out as the request's generation_id_or_member_epoch.
+    """
+    coordinator = link.found
+    answer = refuse_commit(
+        commit,
+        state,
+        active=active,
+        assignment=assignment,
+        coordinator_known=coordinator is not None,
+        generation=generation,
+        membership_since=membership_since,
+    )
+    if answer is not None:
+        return answer
+    assert coordinator is not None
+    version = coordinator.versions.offset_commit
+    request = offset_commit_request(
+        identity,
+        generation_id=generation_id,
+        member_id=member_id,
+        offsets=commit.offsets,
+        metadata=commit.metadata,
+        version=version,
+        leader_epochs=leader_epochs,
+    )
+    return link.send(request, version, epoch, commit=commit)
+
+
+def fetch_or_refuse(
+    link: Coordination, fetch: FetchCommitted, state: MemberState, group_id: str, epoch: Epoch
+) -> OffsetsFetched | OffsetFetchFailed | SendRequest:
+    """The member's own answer to ``fetch`` (``refuse_fetch``), or the OffsetFetch sent."""
+    coordinator = link.found
+    answer = refuse_fetch(fetch, state, coordinator_known=coordinator is not None)
+    if answer is not None:
+        return answer
+    assert coordinator is not None
+    version = coordinator.versions.offset_fetch
+    request = offset_fetch_request(group_id, fetch.partitions, version=version)
+    return link.send(request, version, epoch, partitions=fetch.partitions)
+
+
+def commit_answer(
+    link: Coordination, response: OffsetCommitResponse, state: Enum
+) -> tuple[OffsetsCommitted | CommitFailed, int, Sent]:
+    """The OffsetCommit ``response`` answers: its event, its error code, and the request."""
+    sent = link.take(COMMIT, OffsetCommitResponse, state)
+    assert sent.commit is not None
+    event, code = commit_answered(sent.commit, response)
+    return event, code, sent
+
+
+def fetch_response(
+    link: Coordination,
+    response: OffsetFetchResponse,
+    group_id: str,
+    state: Enum,
+    terminal: bool,
+) -> tuple[OffsetsFetched | OffsetFetchFailed, int]:
+    """The OffsetFetch ``response`` answers: its event, and the fatal error code it brings
+    to a live member (GROUP_AUTHORIZATION_FAILED), else 0. A coordinator that moved is
+    forgotten (``terminal``: the member is fenced or failed, and nothing more matters)."""
+    sent = link.take(FETCH, OffsetFetchResponse, state)
+    event, code = fetch_answered(response, group_id, sent.partitions)
+    if not code or terminal:
+        return event, 0
+    if code in COORDINATOR_MOVED:
+        link.forget(f"OffsetFetch: {error_for(code).name}")
+    elif code == E.GROUP_AUTHORIZATION_FAILED:
+        return event, code
+    return event, 0
+
+
+def request_lost(sent: Sent, message: str) -> CommitFailed | OffsetFetchFailed | None:
+    """The event for an OffsetCommit or OffsetFetch that got no answer; None for other APIs."""
+    if sent.api_key == COMMIT and sent.commit is not None:
+        return commit_lost(sent.commit, message)
+    if sent.api_key == FETCH:
+        return fetch_lost(sent.partitions, message)
+    return None
