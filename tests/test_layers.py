@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "worker": {"errors", "logs", "processes", "protocol", "client", "handoff"},
     "sink": {"errors", "faults", "protocol", "client", "registry", "handoff"},
     "embedded": {"errors", "protocol"},
-    "membership": {"errors", "logs", "protocol", "client", "group"},
+    "membership": {"errors", "logs", "processes", "protocol", "client", "group"},
     "formats": {"errors", "protocol", "registry", "sink"},
     "engines": {
         "errors",

@@ -53,7 +53,12 @@ def imported(path: Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            # ``from package import module`` imports that module; any other name is the
+            # package's (or module's) own.
+            names = [f"{node.module}.{a.name}" for a in node.names]
+            targets = [n for n in names if n in known]
+            if len(targets) < len(names):
+                targets.append(node.module)
         else:
             continue
         for target in targets:

@@ -68,7 +68,8 @@ from ingest.group.events import (
     Subscribe,
     Tick,
 )
-from ingest.group.types import InvalidTransition, MemberState, Partition, RebalanceProtocol
+from ingest.group.types import InvalidTransition, MemberState, RebalanceProtocol
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "INPUT_TYPES",

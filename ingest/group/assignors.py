@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ingest.group.snapshot import AssignmentSnapshot, decode_snapshot, encode_snapshot
-from ingest.group.types import Partition, RebalanceProtocol, java_order
+from ingest.group.types import RebalanceProtocol, java_order
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "Assignor",

@@ -29,9 +29,10 @@ from ingest.group.requests import (
     offset_commit_request,
     offset_fetch_request,
 )
-from ingest.group.types import MemberState, Partition
+from ingest.group.types import MemberState
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import OffsetCommitResponse, OffsetFetchResponse
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "COMMIT_RETRIABLE",

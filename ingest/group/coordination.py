@@ -33,8 +33,9 @@ from ingest.group.events import (
     SendRequest,
 )
 from ingest.group.inflight import Epoch, InFlight, Sent
-from ingest.group.types import InvalidTransition, Partition
+from ingest.group.types import InvalidTransition
 from ingest.protocol.error_codes import ErrorCode, error_for
+from ingest.protocol.partition import Partition
 from ingest.protocol.schema import Request
 
 __all__ = ["COORDINATOR_MOVED", "LOOKUP_FATAL", "Coordination", "fail", "fence"]

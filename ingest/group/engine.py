@@ -33,7 +33,8 @@ from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar
 
 from ingest.group.events import Output
-from ingest.group.types import InvalidTransition, Partition
+from ingest.group.types import InvalidTransition
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "MemberRecord",

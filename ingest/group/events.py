@@ -17,7 +17,6 @@ from types import MappingProxyType
 
 from ingest.errors import GroupError, GroupProtocolError, LocalProtocolError, RemoteProtocolError
 from ingest.group.coordinator_versions import CoordinatorVersions
-from ingest.group.types import Partition
 from ingest.protocol.messages import (
     HeartbeatResponse,
     JoinGroupResponse,
@@ -26,6 +25,7 @@ from ingest.protocol.messages import (
     OffsetFetchResponse,
     SyncGroupResponse,
 )
+from ingest.protocol.partition import Partition
 from ingest.protocol.schema import Request
 
 __all__ = [

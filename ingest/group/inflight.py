@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ingest.group.events import Commit
-from ingest.group.types import Partition
 from ingest.protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -25,6 +24,7 @@ from ingest.protocol.messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "COMMIT",

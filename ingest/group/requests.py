@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ingest.group.events import CommittedOffset
-from ingest.group.types import Partition, partitions_by_topic
+from ingest.group.types import partitions_by_topic
 from ingest.protocol.consumer import TopicPartition
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import (
@@ -27,6 +27,7 @@ from ingest.protocol.messages import (
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
 )
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "FetchOutcome",

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from typing import cast
 
 from ingest.errors import DecodeError
-from ingest.group.types import Partition, java_order, partitions_by_topic
+from ingest.group.types import java_order, partitions_by_topic
 from ingest.protocol import primitives as p
 from ingest.protocol.consumer import TopicPartition
+from ingest.protocol.partition import Partition
 from ingest.protocol.primitives import Reader
 from ingest.protocol.schema import INT32, STRING, Struct, array, spec
 from ingest.protocol.struct_codec import codec_for

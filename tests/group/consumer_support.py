@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ingest.group import CoordinatorFound, CoordinatorVersions, Partition, Subscribe, Tick
+from ingest.group import CoordinatorFound, CoordinatorVersions, Subscribe, Tick
 from ingest.group.consumer.consumer_config import ConsumerGroupConfig
 from ingest.group.consumer.consumer_events import ConsumerOutput, TopicNames
 from ingest.group.consumer.consumer_machine import ConsumerMachine
@@ -19,6 +19,7 @@ from ingest.protocol.messages import (
     ConsumerGroupHeartbeatResponse,
     TopicPartitions,
 )
+from ingest.protocol.partition import Partition
 from tests.group.support import assert_encodable, requests_of
 
 E = ErrorCode

@@ -22,7 +22,6 @@ from ingest.group import (
     MetadataUpdate,
     NeedMetadata,
     Output,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
@@ -61,6 +60,7 @@ from ingest.protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from ingest.protocol.partition import Partition
 from ingest.protocol.schema import Request, Response
 
 E = ErrorCode

@@ -12,7 +12,6 @@ from ingest.group import (
     CooperativeStickyAssignor,
     MemberAssignment,
     MemberSubscription,
-    Partition,
     RangeAssignor,
     RoundRobinAssignor,
 )
@@ -22,6 +21,7 @@ from ingest.group.snapshot import (
     decode_snapshot,
     encode_snapshot,
 )
+from ingest.protocol.partition import Partition
 
 T1, T2 = "topic1", "topic2"
 

@@ -27,7 +27,6 @@ from ingest.group import (
     FindCoordinator,
     Leave,
     Left,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
@@ -53,6 +52,7 @@ from ingest.protocol.messages import (
     MetadataRequestTopic,
     MetadataResponse,
 )
+from ingest.protocol.partition import Partition
 from ingest.testing import KafkaCluster, create_topic, set_group_configs
 
 S = ConsumerState

@@ -18,7 +18,6 @@ from ingest.group import (
     Leave,
     Left,
     OffsetsCommitted,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
@@ -41,6 +40,7 @@ from ingest.protocol.messages import (
     OffsetCommitRequest,
     TopicPartitions,
 )
+from ingest.protocol.partition import Partition
 from tests.group.consumer_support import (
     IDS,
     MEMBER_ID,

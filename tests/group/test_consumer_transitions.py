@@ -22,7 +22,6 @@ from ingest.group import (
     FindCoordinator,
     InvalidTransition,
     Leave,
-    Partition,
     PartitionsAssigned,
     RequestFailed,
     RevocationDone,
@@ -52,6 +51,7 @@ from ingest.protocol.messages import (
     OffsetFetchResponseGroup,
     TopicPartitions,
 )
+from ingest.protocol.partition import Partition
 from tests.group.consumer_support import (
     IDS,
     TOPIC,

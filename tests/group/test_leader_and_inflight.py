@@ -11,7 +11,6 @@ from ingest.group import (
     CooperativeStickyAssignor,
     MemberAssignment,
     MemberSubscription,
-    Partition,
     RangeAssignor,
     RebalanceProtocol,
 )
@@ -40,6 +39,7 @@ from ingest.protocol.consumer import (
     encode_subscription,
 )
 from ingest.protocol.messages import JoinGroupResponse, JoinGroupResponseMember
+from ingest.protocol.partition import Partition
 from tests.group.support import TOPIC, tp
 
 

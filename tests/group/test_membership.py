@@ -20,7 +20,6 @@ from ingest.group import (
     MemberState,
     MetadataUpdate,
     NeedMetadata,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
@@ -47,6 +46,7 @@ from ingest.protocol.messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
+from ingest.protocol.partition import Partition
 from tests.group.support import (
     COOPERATIVE,
     TOPIC,
@@ -113,7 +113,7 @@ def test_follower_sends_an_empty_sync_and_applies_its_assignment() -> None:
 
 def subscription_bytes(*topics: str, owned: tuple[tuple[str, int], ...] = ()) -> bytes:
     from ingest.group.requests import topic_partitions
-    from ingest.group.types import Partition
+    from ingest.protocol.partition import Partition
 
     return encode_subscription(
         ConsumerProtocolSubscription(

@@ -20,7 +20,6 @@ from ingest.group import (
     OffsetFetchFailed,
     OffsetsCommitted,
     OffsetsFetched,
-    Partition,
     PartitionsLost,
     RevocationDone,
     Subscribe,
@@ -44,6 +43,7 @@ from ingest.protocol.messages import (
     OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 )
+from ingest.protocol.partition import Partition
 from tests.group.support import (
     TOPIC,
     E,

@@ -23,7 +23,6 @@ from ingest.group import (
     MemberState,
     MemberSubscription,
     MetadataUpdate,
-    Partition,
     PartitionsLost,
     RevocationDone,
     SendRequest,
@@ -31,6 +30,7 @@ from ingest.group import (
 )
 from ingest.protocol.consumer import ConsumerProtocolSubscription, encode_subscription
 from ingest.protocol.messages import JoinGroupRequest, JoinGroupResponseMember, SyncGroupResponse
+from ingest.protocol.partition import Partition
 from tests.group.support import (
     COOPERATIVE,
     TOPIC,

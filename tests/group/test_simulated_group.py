@@ -17,12 +17,12 @@ from ingest.group import (
     MemberState,
     OffsetsCommitted,
     OffsetsFetched,
-    Partition,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
     RangeAssignor,
 )
+from ingest.protocol.partition import Partition
 from tests.group.support import Simulation, config
 
 TOPICS = {"orders": 7, "audit": 3}

@@ -27,7 +27,6 @@ from ingest.group import (
     Leave,
     MemberState,
     MetadataUpdate,
-    Partition,
     PartitionsAssigned,
     RangeAssignor,
     RequestFailed,
@@ -60,6 +59,7 @@ from ingest.protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from ingest.protocol.partition import Partition
 from tests.group.support import (
     TOPIC,
     E,

@@ -69,7 +69,7 @@ from ingest.group.events import (
     Tick,
 )
 from ingest.group.inflight import HEARTBEAT, JOIN, LEAVE, SYNC, Sent
-from ingest.group.types import InvalidTransition, MemberState, Partition, RebalanceProtocol
+from ingest.group.types import InvalidTransition, MemberState, RebalanceProtocol
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import (
     HeartbeatResponse,
@@ -79,6 +79,7 @@ from ingest.protocol.messages import (
     OffsetFetchResponse,
     SyncGroupResponse,
 )
+from ingest.protocol.partition import Partition
 
 __all__ = ["HANDLERS", "GroupMachine"]
 

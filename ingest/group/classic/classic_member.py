@@ -51,9 +51,10 @@ from ingest.group.events import (
     PartitionsRevoked,
 )
 from ingest.group.inflight import HEARTBEAT, JOIN, Epoch
-from ingest.group.types import MemberState, Partition, RebalanceProtocol
+from ingest.group.types import MemberState, RebalanceProtocol
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import JoinGroupResponse
+from ingest.protocol.partition import Partition
 
 __all__ = ["EFFECTS", "ClassicMember", "fail_protocol", "generation_lost"]
 

@@ -13,7 +13,6 @@ from ingest.errors import DecodeError, RemoteProtocolError
 from ingest.group.assignors import Assignor, MemberAssignment
 from ingest.group.classic.classic_config import GroupConfig
 from ingest.group.requests import topic_partitions
-from ingest.group.types import Partition
 from ingest.protocol.consumer import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -32,6 +31,7 @@ from ingest.protocol.messages import (
     SyncGroupRequestAssignment,
     SyncGroupResponse,
 )
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",

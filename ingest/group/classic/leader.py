@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from ingest.errors import DecodeError, LocalProtocolError, RemoteProtocolError
 from ingest.group.assignors import Assignor, MemberAssignment, MemberSubscription
 from ingest.group.classic.classic_requests import encode_member_assignment
-from ingest.group.types import Partition, RebalanceProtocol
+from ingest.group.types import RebalanceProtocol
 from ingest.protocol.consumer import decode_subscription
 from ingest.protocol.messages import JoinGroupResponse, JoinGroupResponseMember
+from ingest.protocol.partition import Partition
 
 __all__ = [
     "Assignments",

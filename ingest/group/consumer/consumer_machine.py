@@ -90,13 +90,14 @@ from ingest.group.events import (
     Tick,
 )
 from ingest.group.inflight import Sent
-from ingest.group.types import InvalidTransition, Partition
+from ingest.group.types import InvalidTransition
 from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import (
     ConsumerGroupHeartbeatResponse,
     OffsetCommitResponse,
     OffsetFetchResponse,
 )
+from ingest.protocol.partition import Partition
 
 __all__ = ["HANDLERS", "ConsumerMachine"]
 

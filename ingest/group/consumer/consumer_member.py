@@ -43,8 +43,8 @@ from ingest.group.consumer.consumer_transitions import (
 from ingest.group.coordination import Coordination
 from ingest.group.events import Left, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 from ingest.group.inflight import COMMIT, FETCH, Epoch, InFlight
-from ingest.group.types import Partition
 from ingest.protocol.messages import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH
+from ingest.protocol.partition import Partition
 
 __all__ = ["EFFECTS", "ConsumerMember"]
 

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ingest.group.consumer.consumer_config import ConsumerGroupConfig
-from ingest.group.types import Partition, partitions_by_topic
+from ingest.group.types import partitions_by_topic
 from ingest.protocol.messages import ConsumerGroupHeartbeatRequest, TopicPartitions
+from ingest.protocol.partition import Partition
 
 __all__ = ["HEARTBEAT", "REGEX_VERSION", "SentFields", "heartbeat_request", "leave_request"]
 
