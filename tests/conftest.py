@@ -29,3 +29,44 @@ def restartable_broker(_restartable_kafka: KafkaCluster) -> KafkaCluster:
     if not _restartable_kafka.running():
         _restartable_kafka.restart(kill=True)
     return _restartable_kafka
+
+
+# scripts/test --quick (`-m quick`): these folders and modules whole, less every test that
+# uses a server (a fixture below, directly or through another): the pure layers, the
+# codec and the config. Each feature family adds one end-to-end test of its own, marked
+# `@pytest.mark.quick` where it is defined.
+QUICK_PATHS = (
+    "tests/protocol/",
+    "tests/group/",
+    "tests/client/",
+    "tests/worker/",
+    "tests/test_config.py",
+    "tests/test_config_schema.py",
+    "tests/test_ddl.py",
+    "tests/test_error_tree.py",
+    "tests/test_layers.py",
+)
+SERVER_FIXTURES = frozenset(
+    {
+        "broker",
+        "any_broker",
+        "kafka_cluster",
+        "restartable_broker",
+        "tansu",
+        "s3",
+        "schema_registry",
+        "spark",
+        "spark_cluster",
+        "host_network",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        where = item.path.relative_to(root).as_posix()
+        if where.startswith(QUICK_PATHS) and not SERVER_FIXTURES.intersection(
+            getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.quick)
