@@ -224,30 +224,29 @@ def test_find_coordinator_on_the_broker(broker: KafkaCluster, group: str) -> Non
         assert (found.node_id, found.host, found.port) == (node.node_id, broker.host, broker.port)
 
 
-def test_the_leader_cache_survives_a_broker_restart(topic: str) -> None:
-    durable = KafkaCluster().start()
-    try:
-        create_topic(durable.bootstrap, topic, partitions=4)
-        produce(
-            durable.bootstrap,
-            topic,
-            [ProducedRecord(b"x", partition=p) for p in range(4)],
-        )
-        partitions = [Partition(topic, p) for p in range(4)]
-        with Cluster(make_config(durable.bootstrap, retry_timeout=30)) as cluster:
-            before = cluster.list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions})
-            cached = cluster.topic(topic)
-            connection = cluster.leader_connection(topic, 0)
-            assert connection.connects == 1
-            durable.restart(kill=True)
-            # The open connection is dead now; the client notices, reconnects with
-            # backoff, refreshes the leaders and answers as before.
-            after = cluster.list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions})
-            assert cluster.leader_connection(topic, 0) is connection
-            assert connection.connects == 2
-            refreshed = cluster.topic(topic)
-    finally:
-        durable.cleanup()
+def test_the_leader_cache_survives_a_broker_restart(
+    restartable_broker: KafkaCluster, topic: str
+) -> None:
+    durable = restartable_broker
+    create_topic(durable.bootstrap, topic, partitions=4)
+    produce(
+        durable.bootstrap,
+        topic,
+        [ProducedRecord(b"x", partition=p) for p in range(4)],
+    )
+    partitions = [Partition(topic, p) for p in range(4)]
+    with Cluster(make_config(durable.bootstrap, retry_timeout=30)) as cluster:
+        before = cluster.list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions})
+        cached = cluster.topic(topic)
+        connection = cluster.leader_connection(topic, 0)
+        assert connection.connects == 1
+        durable.restart(kill=True)
+        # The open connection is dead now; the client notices, reconnects with
+        # backoff, refreshes the leaders and answers as before.
+        after = cluster.list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions})
+        assert cluster.leader_connection(topic, 0) is connection
+        assert connection.connects == 2
+        refreshed = cluster.topic(topic)
     assert {tp: o.offset for tp, o in after.items()} == {tp: o.offset for tp, o in before.items()}
     assert cached is not None and refreshed is not None
     assert refreshed is not cached, "losing the connection must refresh the leader cache"

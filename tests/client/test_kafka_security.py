@@ -60,6 +60,7 @@ def offsets(cluster: Cluster, topic: str) -> tuple[int, int]:
     return earliest, latest
 
 
+@pytest.mark.quick
 def test_mutual_tls_on_kafkas_ssl_listener(broker: KafkaCluster, three_records: str) -> None:
     bootstrap = broker.bootstrap_for("SSL")
     with Cluster(config(bootstrap, tls=tls(broker))) as cluster:

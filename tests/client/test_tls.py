@@ -1,45 +1,34 @@
-"""TLS for real: the test broker behind a socat TLS terminator with a CA made here.
+"""TLS for real: our client and librdkafka on Apache Kafka's own SSL listener, with a CA made
+here (``KafkaCluster.certificates``).
 
-The broker advertises the terminator's address (``localhost:TLS_PORT``), as a
-broker behind a TLS proxy would, so Metadata leads the client back through
-TLS rather than to the broker's plain listener. The terminator requires a
-client certificate (mutual TLS). The server certificate names only
-``localhost``, so connecting by IP address is a hostname mismatch.
+The listener requires a client certificate (mutual TLS) and advertises ``localhost``, the
+only name its certificate holds, so Metadata leads the client back through TLS rather than
+to the broker's plain listener, and connecting by IP address is a hostname mismatch.
+Nothing sits between the client and the broker (the tests once ran behind a socat TLS
+terminator in front of Tansu, and skipped where socat was not installed).
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ingest.client import BrokerConnection, ClientConfig, Cluster, TlsConfig
-from ingest.embedded.managed import free_port
 from ingest.errors import KafkaConnectionError
 from ingest.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ingest.protocol.partition import Partition
-from ingest.testing import ProducedRecord, produce
-from ingest.testing.tls import (
-    AdvertisedBroker,
-    CertificateAuthority,
-    TlsTerminator,
-    make_certificates,
-)
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("socat") is None,
-    reason="socat is not installed (Debian: apt-get install socat): the TLS terminator needs it",
-)
+from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce
+from ingest.testing.tls import make_certificates
 
 
 class TlsSetup:
-    def __init__(self, certificates: CertificateAuthority, port: int, broker: AdvertisedBroker):
-        self.certificates = certificates
-        self.port = port
+    def __init__(self, broker: KafkaCluster):
         self.broker = broker
+        self.certificates = broker.certificates
+        host, port = broker.bootstrap_for("SSL").split(",")[0].rsplit(":", 1)
+        assert host == "localhost", host
+        self.port = int(port)
 
     def tls(self, **overrides: Any) -> TlsConfig:
         settings: dict[str, Any] = {
@@ -60,23 +49,15 @@ class TlsSetup:
         )
 
 
-@pytest.fixture(scope="module")
-def tls_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsSetup]:
-    certificates = make_certificates(Path(tmp_path_factory.mktemp("pki")))
-    port = free_port()
-    broker = AdvertisedBroker(advertised_url=f"tcp://localhost:{port}")
-    broker.start()
-    try:
-        with TlsTerminator(broker.port, certificates, port=port):
-            yield TlsSetup(certificates, port, broker)
-    finally:
-        broker.kill()
-        broker.cleanup()
+@pytest.fixture
+def tls_setup(broker: KafkaCluster) -> TlsSetup:
+    return TlsSetup(broker)
 
 
 def test_metadata_and_offsets_through_tls(tls_setup: TlsSetup, topic: str) -> None:
     certs = tls_setup.certificates
-    # librdkafka over the same TLS listener creates the topic (auto-create on produce).
+    create_topic(tls_setup.broker.bootstrap, topic, partitions=1)
+    # librdkafka writes the records over the same TLS listener, with the client certificate.
     produce(
         f"localhost:{tls_setup.port}",
         topic,
@@ -90,8 +71,9 @@ def test_metadata_and_offsets_through_tls(tls_setup: TlsSetup, topic: str) -> No
     with Cluster(tls_setup.config()) as cluster:
         view = cluster.refresh_metadata([topic])
         (node,) = view.brokers
-        # The advertised address is the terminator, never the broker's plain port.
+        # The advertised address is the TLS listener, never the broker's plain port.
         assert (node.host, node.port) == ("localhost", tls_setup.port)
+        assert node.port != tls_setup.broker.port
         tp = Partition(topic, 0)
         earliest = cluster.list_offsets({tp: EARLIEST_TIMESTAMP})[tp].offset
         latest = cluster.list_offsets({tp: LATEST_TIMESTAMP})[tp].offset
@@ -118,14 +100,14 @@ def test_hostname_checking_off_only_when_configured(tls_setup: TlsSetup) -> None
         assert conn.tls_version is not None and conn.negotiation is not None
 
 
-def test_an_unknown_ca_is_refused(tls_setup: TlsSetup) -> None:
-    other = make_certificates(tls_setup.certificates.directory / "other-ca")
+def test_an_unknown_ca_is_refused(tls_setup: TlsSetup, tmp_path: Any) -> None:
+    other = make_certificates(tmp_path / "other-ca")
     config = tls_setup.config(ca_file=str(other.ca_cert))
     with pytest.raises(KafkaConnectionError, match="certificate verification failed"):
         BrokerConnection("localhost", tls_setup.port, config).connect()
 
 
-def test_the_terminator_requires_our_client_certificate(tls_setup: TlsSetup) -> None:
+def test_the_listener_requires_our_client_certificate(tls_setup: TlsSetup) -> None:
     config = tls_setup.config(cert_file=None, key_file=None)
     conn = BrokerConnection("localhost", tls_setup.port, config)
     # With TLS 1.3 the refusal arrives after the handshake, as an alert or a plain

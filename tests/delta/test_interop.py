@@ -63,6 +63,7 @@ def _refused(outcome: Any, table: Path, before: set[str], *names: str) -> None:
     assert data_files(table) == before, "the refused run wrote files"
 
 
+@pytest.mark.quick
 def test_default_features_partitioned_append_and_upsert(
     broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path
 ) -> None:

@@ -192,6 +192,7 @@ def _split(
     return everything
 
 
+@pytest.mark.quick
 def test_two_members_split_six_partitions_and_a_leaver_hands_all_to_the_other(
     broker: KafkaCluster, topic: str, group: str, drivers: list[Driver]
 ) -> None:

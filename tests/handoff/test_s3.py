@@ -141,6 +141,7 @@ def test_a_dead_runs_namespace_on_this_host_is_removed(s3: S3Server) -> None:
     assert names == {"ingest-elsewhere", "ingest-next"}
 
 
+@pytest.mark.quick
 def test_a_worker_process_writes_its_segments_to_the_object_store(
     broker: KafkaCluster, s3: S3Server, s3_store: HandoffStore, topic: str
 ) -> None:

@@ -133,6 +133,7 @@ def land(
     return cfg
 
 
+@pytest.mark.quick
 def test_avro_values_land_as_columns_and_bad_ones_as_dead_letters(
     broker: KafkaCluster, schema_registry: SchemaRegistry, tmp_path: Path
 ) -> None:

@@ -117,6 +117,7 @@ def write(tmp_path: Path, broker: KafkaCluster, topic: str, group: str) -> Path:
     )
 
 
+@pytest.mark.quick
 def test_an_until_end_run_lands_on_the_local_engine_without_a_jvm(
     broker: KafkaCluster, tmp_path: Path
 ) -> None:

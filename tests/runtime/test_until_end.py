@@ -80,6 +80,7 @@ def landed(
     return {"path": path, "outcome": outcome, "metrics": metrics, "table": work / "table"}
 
 
+@pytest.mark.quick
 def test_until_end_lands_each_offset_once_and_commits_the_end_offsets(
     landed: dict[str, Any],
 ) -> None:

@@ -64,6 +64,7 @@ def good(records: Any) -> list[ConsumedRecord]:
     return [r for r in records if not is_malformed(r.value)]
 
 
+@pytest.mark.quick
 def test_append_lands_each_record_once_as_the_reference_reader_sees_it(
     spark: Any, drained: Drained, tmp_path: Path
 ) -> None:

@@ -50,6 +50,7 @@ def committed_by_another_client(bootstrap: str, group: str, topic: str) -> dict[
         reader.close()
 
 
+@pytest.mark.quick
 def test_one_member_gets_every_partition_and_commits(
     broker: KafkaCluster, topic: str, group: str
 ) -> None:

@@ -38,23 +38,26 @@ def _records(start: int, count: int) -> Iterator[ProducedRecord]:
 
 
 @pytest.fixture(scope="module")
-def two_epochs() -> Iterator[tuple[KafkaCluster, str, int, int]]:
-    """A one-node cluster of its own whose partition 0 has BEFORE records in one leader
-    epoch and AFTER in the next: (kafka, topic, first epoch, second epoch)."""
-    with KafkaCluster(1) as kafka:
-        topic = "t-two-epochs"
-        create_topic(kafka.bootstrap, topic, partitions=1)
-        produce(kafka.bootstrap, topic, _records(0, BEFORE))
-        with Cluster(ClientConfig(bootstrap_servers=kafka.bootstrap)) as cluster:
-            cluster.refresh_metadata([topic])
-            first = cluster.leader_epoch(topic, 0)
-        kafka.restart(kill=True)  # the node leads again, at a new leader epoch
-        produce(kafka.bootstrap, topic, _records(BEFORE, AFTER))
-        with Cluster(ClientConfig(bootstrap_servers=kafka.bootstrap)) as cluster:
-            cluster.refresh_metadata([topic])
-            second = cluster.leader_epoch(topic, 0)
-        assert 0 <= first < second, (first, second)
-        yield kafka, topic, first, second
+def two_epochs(
+    restartable_broker: KafkaCluster,
+) -> Iterator[tuple[KafkaCluster, str, int, int]]:
+    """The restartable one-node cluster (tests/conftest.py), where partition 0 of a topic
+    has BEFORE records in one leader epoch and AFTER in the next: (kafka, topic, first
+    epoch, second epoch)."""
+    kafka = restartable_broker
+    topic = "t-two-epochs"
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    produce(kafka.bootstrap, topic, _records(0, BEFORE))
+    with Cluster(ClientConfig(bootstrap_servers=kafka.bootstrap)) as cluster:
+        cluster.refresh_metadata([topic])
+        first = cluster.leader_epoch(topic, 0)
+    kafka.restart(kill=True)  # the node leads again, at a new leader epoch
+    produce(kafka.bootstrap, topic, _records(BEFORE, AFTER))
+    with Cluster(ClientConfig(bootstrap_servers=kafka.bootstrap)) as cluster:
+        cluster.refresh_metadata([topic])
+        second = cluster.leader_epoch(topic, 0)
+    assert 0 <= first < second, (first, second)
+    yield kafka, topic, first, second
 
 
 def _reference_epochs(bootstrap: str, topic: str) -> dict[int, int]:

@@ -171,22 +171,24 @@ def test_a_session_error_from_kafka_means_a_new_session_and_no_record_lost_or_re
     assert new_id != 0 and watched.sent[-1][0] == new_id and watched.sent[-1][1] >= 1
 
 
-def test_after_a_broker_restart_the_fetcher_opens_a_new_session(topic: str) -> None:
-    with KafkaCluster(1) as kafka:
-        create_topic(kafka.bootstrap, topic, partitions=1)
-        produce(kafka.bootstrap, topic, _records(0, ROUND))
-        cluster = Cluster(ClientConfig(bootstrap_servers=kafka.bootstrap, retry_backoff=0.05))
-        fetcher = _fetcher(cluster, topic)
-        watched = watch(fetcher)
-        try:
-            values = _drain(fetcher, ROUND, idle_polls=1)
-            old_id = fetcher.session.session_id
-            kafka.restart(kill=True)
-            produce(kafka.bootstrap, topic, _records(ROUND, ROUND))
-            values += _drain(fetcher, 2 * ROUND, idle_polls=1)
-        finally:
-            fetcher.close()
-            cluster.close()
+def test_after_a_broker_restart_the_fetcher_opens_a_new_session(
+    restartable_broker: KafkaCluster, topic: str
+) -> None:
+    kafka = restartable_broker
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    produce(kafka.bootstrap, topic, _records(0, ROUND))
+    cluster = Cluster(ClientConfig(bootstrap_servers=kafka.bootstrap, retry_backoff=0.05))
+    fetcher = _fetcher(cluster, topic)
+    watched = watch(fetcher)
+    try:
+        values = _drain(fetcher, ROUND, idle_polls=1)
+        old_id = fetcher.session.session_id
+        kafka.restart(kill=True)
+        produce(kafka.bootstrap, topic, _records(ROUND, ROUND))
+        values += _drain(fetcher, 2 * ROUND, idle_polls=1)
+    finally:
+        fetcher.close()
+        cluster.close()
     assert values == list(range(2 * ROUND))
     # The lost connection closed the session: the next Fetch is full, epoch 0, and the
     # restarted broker (which knows no session) grants a new one.

@@ -64,36 +64,36 @@ def _fetcher(cluster: Cluster, topic: str) -> PartitionFetcher:
 
 
 def test_a_leader_change_is_followed_at_its_new_epoch_and_a_stale_epoch_is_fenced(
-    topic: str, caplog: pytest.LogCaptureFixture
+    restartable_broker: KafkaCluster, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with KafkaCluster(1) as kafka:
-        create_topic(kafka.bootstrap, topic, partitions=1)
-        produce(kafka.bootstrap, topic, _records(0, COUNT))
-        cluster = Cluster(ClientConfig(bootstrap_servers=kafka.bootstrap, retry_backoff=0.05))
-        sent = _SentEpochs(cluster)
-        fetcher = _fetcher(cluster, topic)
-        try:
-            values = drain(fetcher, COUNT // 2)
-            before = cluster.leader_epoch(topic, 0)
-            assert before >= 0 and set(sent.epochs) == {before}, (before, sent.epochs)
-            kafka.restart(kill=True)  # the node leads again, at a new leader epoch
-            produce(kafka.bootstrap, topic, _records(COUNT, COUNT // 2))
-            values += drain(fetcher, COUNT + COUNT // 2, timeout=120)
-            after = cluster.leader_epoch(topic, 0)
-            assert after > before, (before, after)
-            assert sent.epochs[-1] == after and sent.epochs == sorted(sent.epochs)
-            # Metadata from before the change (as a lagging broker would answer it): the
-            # broker fences the Fetch; the fetcher refreshes and goes on at the same offset.
-            info = cluster.metadata.topics[topic]
-            stale = tuple(dataclasses.replace(p, leader_epoch=before) for p in info.partitions)
-            cluster.metadata.topics[topic] = dataclasses.replace(info, partitions=stale)
-            produce(kafka.bootstrap, topic, _records(COUNT + COUNT // 2, COUNT // 2))
-            caplog.clear()
-            with caplog.at_level(logging.WARNING, logger="ingest.worker"):
-                values += drain(fetcher, 2 * COUNT)
-        finally:
-            fetcher.close()
-            cluster.close()
+    kafka = restartable_broker
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    produce(kafka.bootstrap, topic, _records(0, COUNT))
+    cluster = Cluster(ClientConfig(bootstrap_servers=kafka.bootstrap, retry_backoff=0.05))
+    sent = _SentEpochs(cluster)
+    fetcher = _fetcher(cluster, topic)
+    try:
+        values = drain(fetcher, COUNT // 2)
+        before = cluster.leader_epoch(topic, 0)
+        assert before >= 0 and set(sent.epochs) == {before}, (before, sent.epochs)
+        kafka.restart(kill=True)  # the node leads again, at a new leader epoch
+        produce(kafka.bootstrap, topic, _records(COUNT, COUNT // 2))
+        values += drain(fetcher, COUNT + COUNT // 2, timeout=120)
+        after = cluster.leader_epoch(topic, 0)
+        assert after > before, (before, after)
+        assert sent.epochs[-1] == after and sent.epochs == sorted(sent.epochs)
+        # Metadata from before the change (as a lagging broker would answer it): the
+        # broker fences the Fetch; the fetcher refreshes and goes on at the same offset.
+        info = cluster.metadata.topics[topic]
+        stale = tuple(dataclasses.replace(p, leader_epoch=before) for p in info.partitions)
+        cluster.metadata.topics[topic] = dataclasses.replace(info, partitions=stale)
+        produce(kafka.bootstrap, topic, _records(COUNT + COUNT // 2, COUNT // 2))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="ingest.worker"):
+            values += drain(fetcher, 2 * COUNT)
+    finally:
+        fetcher.close()
+        cluster.close()
     assert "FENCED_LEADER_EPOCH" in caplog.text
     fenced = sent.epochs.index(before, sent.epochs.index(after))
     assert sent.epochs[fenced + 1 :] and set(sent.epochs[fenced + 1 :]) == {after}

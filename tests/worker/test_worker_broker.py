@@ -75,6 +75,7 @@ def big_topic(broker: KafkaCluster) -> tuple[str, list[ConsumedRecord]]:
     return name, read_topic(broker.bootstrap, name)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize(("codec", "count"), DRAIN_CASES)
 def test_a_worker_drains_a_partition_exactly_as_librdkafka_reads_it(
     broker: KafkaCluster,

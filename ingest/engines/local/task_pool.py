@@ -47,10 +47,12 @@ __all__ = [
 
 # What a task process imports; the supervisor has the fork server import it too
 # (``ingest.processes.preload_in_fork_server``), so tasks start with it imported.
-# How long each warm-up task holds its process, so every core gets one: the pool starts a
-# process at a submit that finds none idle, and the submits come microseconds apart. A
-# batch waits for the warm-up: 0.1 s here held a 100k-record run's first batch ~0.08 s.
-WARM_HOLD_S = 0.02
+# The pool starts a process at a submit that finds none idle, and a process is idle again
+# once its task's result is back: each warm-up task waits at a barrier of ``cores``
+# parties until every warm-up task runs, so none is back before the last submit (a fixed
+# hold lost that race when the submitting thread was descheduled longer than the hold).
+# The timeout only bounds a pool that has fewer processes than parties.
+WARM_TIMEOUT_S = 60.0
 
 
 class LocalTaskError(SinkError):
@@ -87,11 +89,14 @@ class LocalTasks:
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            context = multiprocessing.get_context("forkserver")
             self._pool = ProcessPoolExecutor(
                 max_workers=self.cores,
-                mp_context=multiprocessing.get_context("forkserver"),
+                mp_context=context,
                 initializer=task_process_start,
-                initargs=(os.getpid(),),
+                # The warm-up barrier reaches each process at its start (a lock cannot
+                # travel with a task).
+                initargs=(os.getpid(), context.Barrier(self.cores)),
             )
         return self._pool
 
@@ -99,7 +104,7 @@ class LocalTasks:
         """Starts every task process (each imports the task modules); seconds."""
         began = time.perf_counter()
         pool = self._executor()
-        futures = [pool.submit(ready, WARM_HOLD_S) for _ in range(self.cores)]
+        futures = [pool.submit(ready, WARM_TIMEOUT_S) for _ in range(self.cores)]
         for future in futures:
             future.result()
         return time.perf_counter() - began

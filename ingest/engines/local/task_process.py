@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from multiprocessing.synchronize import Barrier
+from threading import BrokenBarrierError
 
 from ingest.engines.plan import decode_plan, files_task
 from ingest.processes import pid_alive, start_thread
@@ -28,14 +30,22 @@ def run_task(encoded: str, index: int) -> list[tuple[str, str]]:
     return files_task(decode_plan(encoded), index)
 
 
-def ready(hold: float) -> int:
-    """A warm-up task: busy for ``hold`` seconds, so the pool starts a process for each
-    of the warm-up tasks submitted meanwhile (it starts one only when none is idle)."""
-    time.sleep(hold)
+_warm_barrier: Barrier | None = None
+
+
+def ready(timeout: float) -> int:
+    """A warm-up task: waits (at most ``timeout`` seconds) until each of the pool's
+    processes runs one, so no process is idle while the warm-up tasks are submitted and
+    the pool starts a process for each (it starts one only when none is idle)."""
+    if _warm_barrier is not None:
+        with contextlib.suppress(BrokenBarrierError):
+            _warm_barrier.wait(timeout)
     return os.getpid()
 
 
-def task_process_start(supervisor: int) -> None:
+def task_process_start(supervisor: int, warm_barrier: Barrier | None = None) -> None:
+    global _warm_barrier
+    _warm_barrier = warm_barrier
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
         comm.write(TASK_PROCESS_NAME)
     # A pool process holds both ends of its call queue, so the supervisor's death is no
