@@ -206,6 +206,9 @@ class MetricsSection:
 
     listen: Str | None = None
     """\"host:port" to serve Prometheus text on /metrics, e.g. "127.0.0.1:9464"; unset: no server."""
+    status: Bool = True
+    """Serve /status beside /metrics: the run's partitions as JSON, with member ids, worker PIDs
+    and error texts (docs/operations.md); false: /metrics only."""
 
 
 @dataclass(frozen=True, config=SECTION)

