@@ -267,10 +267,46 @@ def message_columns(message: Descriptor) -> pa.StructType:
     ``required`` field's (removing a field is legal in Protobuf, so a later writer may
     lack any other); nested fields are all nullable. A field of a message with no fields
     (``google.protobuf.Empty``) has no column (Spark's ``from_protobuf`` drops it too)."""
+    count = _field_count(message, {}, 0)
+    if count > MAX_FIELDS:
+        raise IncompatibleSchemaError(
+            f"{message.full_name} expands to {count} fields, over the cap of {MAX_FIELDS} "
+            "(anyone who may register a schema is untrusted)"
+        )
     fields = _fields(message, (message.full_name,))
     if not fields:
         raise IncompatibleSchemaError(f"{message.full_name} has no field that can be a column")
     return pa.struct(fields)
+
+
+# A registered schema is untrusted input: nested messages are walked once each (a message
+# whose every level holds two fields of the one below expands exponentially when walked as
+# a tree), and the columns they make and how deep they nest are bounded.
+MAX_FIELDS = 10_000
+MAX_DEPTH = 64
+
+
+def _field_count(message: Descriptor, counted: dict[str, int], depth: int) -> int:
+    """The fields under ``message``, nested ones at each use (each message counted once);
+    recursion is left to ``_message_type`` to name."""
+    if depth > MAX_DEPTH:
+        raise IncompatibleSchemaError(f"{message.full_name}: nested over {MAX_DEPTH} levels deep")
+    name = message.full_name
+    if name in counted:
+        return counted[name]
+    counted[name] = 0  # a recursive message: counted as nothing here
+    total = 0
+    for field in message.fields:
+        total += 1
+        if (
+            field.type == FieldDescriptor.TYPE_MESSAGE
+            and field.message_type.full_name not in _WELL_KNOWN
+        ):
+            total += _field_count(field.message_type, counted, depth + 1)
+        if total > MAX_FIELDS:
+            break
+    counted[name] = total
+    return total
 
 
 def _fields(message: Descriptor, chain: tuple[str, ...], *, top: bool = True) -> list[pa.Field]:
