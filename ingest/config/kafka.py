@@ -144,5 +144,10 @@ class FetchSection:
     """Most bytes one Fetch response may carry."""
     partition_max_bytes: Size = Size(8 * 1024**2)
     """Most bytes one partition may contribute to a Fetch response."""
+    max_decode_bytes: Size = Field(default=Size(64 * 1024**2), ge=Size(1024**2), le=Size(1024**3))
+    """Most bytes a worker decompresses from one Fetch response, whatever the compression ratio
+    (anyone who may write to a topic can send a 2 KB batch of 60 MiB of zeros): the batches past
+    it wait for the next Fetch. The first batch is always taken (one batch decompresses to 64 MiB
+    at most, else it is a corrupt batch)."""
     check_crc: Bool = False
     """Check each record batch's CRC32C as it is read."""

@@ -326,6 +326,7 @@ class PartitionFetcher:
             fetch_offset=sent.fetch_offset,
             check_crc=self.settings.check_crc,
             carried=self._open_transactions,
+            max_decode_bytes=self.settings.max_decode_bytes,
         )
         # Drop every view of the borrowed buffer so the connection can reuse it.
         del response, data, records

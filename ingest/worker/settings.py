@@ -117,13 +117,20 @@ class FetchSettings:
     incremental_sessions: bool = True
     # Automatic growth for a batch larger than the fetch size stops here.
     max_fetch_bytes_limit: int = 64 * 1024 * 1024
+    # Most bytes one answer is decompressed to (``decode_records``'s ``max_decode_bytes``).
+    max_decode_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for key in ("max_wait_ms", "min_bytes"):
             value = getattr(self, key)
             if not isinstance(value, int) or not 0 <= value <= _INT32_MAX:
                 raise ConfigError(f"must be an int in [0, 2^31), got {value!r}", key=f"fetch.{key}")
-        for key in ("max_bytes", "partition_max_bytes", "max_fetch_bytes_limit"):
+        for key in (
+            "max_bytes",
+            "partition_max_bytes",
+            "max_fetch_bytes_limit",
+            "max_decode_bytes",
+        ):
             value = getattr(self, key)
             if not isinstance(value, int) or not 1 <= value <= _INT32_MAX:
                 raise ConfigError(f"must be an int in [1, 2^31), got {value!r}", key=f"fetch.{key}")

@@ -190,6 +190,7 @@ _INT64_MIN = -(2**63)
 _OK = 0
 _BROKEN_FRAMING = 8
 _INCOMPLETE = 9
+_NO_TAIL = -1  # the answer ends on a batch boundary (the scan's tail when none)
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,7 @@ def decode_records(
     check_crc: bool = False,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     carried: Mapping[int, int] | None = None,
+    max_decode_bytes: int | None = None,
 ) -> DecodedRecords:
     """Decodes one partition's Fetch ``records`` into one Arrow RecordBatch.
 
@@ -248,6 +250,12 @@ def decode_records(
     response, and per ABORT markers the broker failed to list) are dropped;
     ``carried`` is the previous answer's ``open_transactions``. Corrupt batches are reported in ``corrupt``, never
     raised; DecodeError is raised only when one call's output would pass 2 GiB.
+
+    ``max_decode_bytes`` bounds what one call decompresses, whatever the compression ratio:
+    batches are taken in order while their records' sizes (decompressed) fit in it, the
+    first always; the answer then ends before the first batch left out, as if the broker
+    had sent no more (``next_offset`` is that batch's base offset: the next Fetch starts
+    there).
     """
     view = _as_view(records)
     table, summary = _records.scan(view, check_crc)
@@ -261,6 +269,15 @@ def decode_records(
             entries = np.frombuffer(table, dtype=_ENTRY_DTYPE)
         return entries
 
+    cache: dict[int, Any] = {}  # records decompressed by the budget, by table index
+    cut: int | None = None
+    if max_decode_bytes is not None and attributes_or & ATTR_CODEC_MASK and complete:
+        cut = _budget(
+            view, entry_table()[:complete], fetch_offset, max_decode_bytes, max_batch_bytes, cache
+        )
+    if cut is not None:  # the answer ends before batch ``cut``, as if no more were sent
+        complete, tail = cut, _NO_TAIL
+
     incomplete_batch_size: int | None = None
     if tail == _INCOMPLETE:
         incomplete_batch_size = int(entry_table()["size"][complete])
@@ -268,6 +285,8 @@ def decode_records(
         corrupt.append((complete, scan_corrupt(view, entry_table()[complete])))
 
     next_offset: int | None = None
+    if cut is not None:
+        max_last = int(entry_table()["base_offset"][cut]) - 1
     if max_last is not None:
         next_offset = max_last + 1
         if fetch_offset is not None:
@@ -276,7 +295,8 @@ def decode_records(
     # The common case needs no per-batch decision: every batch valid, uncompressed, not
     # control, none wholly below fetch_offset, nothing that could be aborted.
     simple = (
-        valid_count == complete
+        cut is None
+        and valid_count == complete
         and not attributes_or & (ATTR_CONTROL | ATTR_CODEC_MASK)
         and (fetch_offset is None or min_valid_last is None or fetch_offset <= min_valid_last)
         and not (read_committed and attributes_or & ATTR_TRANSACTIONAL)
@@ -286,7 +306,7 @@ def decode_records(
     walk = CommittedWalk(aborted_transactions, fetch_offset, carried) if read_committed else None
     if not simple:
         indices, payloads = _select(
-            view, entry_table()[:complete], walk, fetch_offset, max_batch_bytes, corrupt
+            view, entry_table()[:complete], walk, fetch_offset, max_batch_bytes, corrupt, cache
         )
 
     min_offset = _INT64_MIN if fetch_offset is None else fetch_offset
@@ -347,8 +367,10 @@ def _select(
     fetch_offset: int | None,
     max_batch_bytes: int,
     corrupt: list[tuple[int, CorruptBatch]],
+    cache: dict[int, Any] | None = None,
 ) -> tuple[Any, list[Any]]:
-    """The batches to decode (table indices) and their decompressed records.
+    """The batches to decode (table indices) and their decompressed records (those in
+    ``cache`` by index were decompressed already).
 
     Reports the batches the scan rejected, and those that fail to decompress.
     """
@@ -372,8 +394,13 @@ def _select(
         index = int(indices[position])
         entry = entries[index]
         try:
-            payloads[position] = decompress(
-                int(codecs[position]), _batch_records(view, entry), max_size=max_batch_bytes
+            cached = cache.pop(index, None) if cache else None
+            payloads[position] = (
+                cached
+                if cached is not None
+                else decompress(
+                    int(codecs[position]), _batch_records(view, entry), max_size=max_batch_bytes
+                )
             )
         except DecodeError as exc:
             reason = f"decompression failed: {exc.reason}"
@@ -385,6 +412,43 @@ def _select(
         payloads = [payload for payload, kept in zip(payloads, keep, strict=True) if kept]
         indices = indices[keep]
     return indices, payloads
+
+
+def _budget(
+    view: memoryview,
+    entries: Any,
+    fetch_offset: int | None,
+    max_decode_bytes: int,
+    max_batch_bytes: int,
+    cache: dict[int, Any],
+) -> int | None:
+    """Where the batches a decode may take end: the index of the first data batch whose
+    records would pass ``max_decode_bytes`` (None: all fit). The first data batch is
+    always taken. Decompressed records land in ``cache`` by index; one that fails to
+    decompress counts as nothing here (``_select`` reports it)."""
+    attributes = entries["attributes"]
+    data = (entries["status"] == _OK) & ((attributes & ATTR_CONTROL) == 0)
+    if fetch_offset is not None:
+        data &= entries["last_offset"] >= fetch_offset
+    spent = 0
+    taken = False
+    for index in np.flatnonzero(data):
+        entry = entries[index]
+        codec = int(attributes[index]) & ATTR_CODEC_MASK
+        size = int(entry["size"])
+        if codec:
+            try:
+                payload = decompress(codec, _batch_records(view, entry), max_size=max_batch_bytes)
+            except DecodeError:
+                continue
+            size = len(payload)
+        if taken and spent + size > max_decode_bytes:
+            return int(index)
+        if codec:
+            cache[int(index)] = payload
+        spent += size
+        taken = True
+    return None
 
 
 def _drop_aborted(
