@@ -75,7 +75,6 @@ def big_topic(broker: KafkaCluster) -> tuple[str, list[ConsumedRecord]]:
     return name, read_topic(broker.bootstrap, name)
 
 
-@pytest.mark.quick
 @pytest.mark.parametrize(("codec", "count"), DRAIN_CASES)
 def test_a_worker_drains_a_partition_exactly_as_librdkafka_reads_it(
     broker: KafkaCluster,
@@ -102,6 +101,7 @@ def test_a_worker_drains_a_partition_exactly_as_librdkafka_reads_it(
     assert_same_records(read_segments(store, segments), reference)
 
 
+@pytest.mark.quick
 def test_read_committed_matches_librdkafka(
     broker: KafkaCluster, topic: str, store: HandoffStore
 ) -> None:
