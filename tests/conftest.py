@@ -45,6 +45,8 @@ QUICK_PATHS = (
     "tests/test_ddl.py",
     "tests/test_error_tree.py",
     "tests/test_layers.py",
+    "tests/test_structure.py",
+    "tests/test_doc_paths.py",
 )
 SERVER_FIXTURES = frozenset(
     {
