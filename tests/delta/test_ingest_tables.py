@@ -166,9 +166,10 @@ def test_spark_optimizes_deletes_and_alters_while_ingest_appends(
         assert _retrying(spark, f"OPTIMIZE delta.`{table}`", conflicts)
         wait_until(lambda: landed(0, bound) and landed(1, bound), 120, "offsets past the bound")
         # Spark's DELETE reads every file: an append committed while it runs aborts it
-        # (DELTA_CONCURRENT_APPEND, though our commits say isBlindAppend), a clear refusal
-        # on Spark's side. Tried while ingest appends; if every try lost, once more while
-        # the run idles (no record to land), then the appends go on.
+        # (DELTA_CONCURRENT_APPEND: Delta Spark commits a DELETE under Serializable, where
+        # blind appends conflict too, Spark's own as ours: test_spark_dml.py), a clear
+        # refusal on Spark's side. Tried while ingest appends; if every try lost, once more
+        # while the run idles (no record to land), then the appends go on.
         deleted = _retrying(spark, delete, conflicts, attempts=3)
         if not deleted:
             paused.set()
