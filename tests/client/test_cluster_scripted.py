@@ -258,6 +258,4 @@ def test_an_unknown_partition_is_an_error_naming_broker_topic_and_partition() ->
         with Cluster(config) as cluster, pytest.raises(BrokerError) as info:
             cluster.leader("t", 9)
     assert info.value.name == "UNKNOWN_TOPIC_OR_PARTITION"
-    assert f"broker 127.0.0.1:{scripted.port} (node 1), Metadata v12, t-9" in str(
-        info.value
-    )
+    assert f"broker 127.0.0.1:{scripted.port} (node 1), Metadata v12, t-9" in str(info.value)
