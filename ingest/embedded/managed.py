@@ -1,4 +1,4 @@
-"""Child-process plumbing shared by the server harnesses (Tansu, SeaweedFS, socat TLS).
+"""Child-process plumbing shared by the servers (Tansu, SeaweedFS) and the test harness.
 
 Servers run in their own session (so a kill reaches their children too), die
 with the Python process that started them (PR_SET_PDEATHSIG), and log to a

@@ -1,41 +1,16 @@
-"""TLS for tests: a throwaway CA, certificates, and a socat TLS terminator.
-
-``TlsTerminator`` puts TLS (optionally requiring a client certificate) in
-front of a plain TCP port, the way a load balancer or sidecar would in a real
-deployment. socat comes from the system's packages (Debian: ``apt-get install socat``);
-nothing here installs it: ``socat_binary`` raises ``HarnessError`` naming the package when
-it is missing, and the tests that need it skip with that reason.
-Certificates are made with the ``openssl`` command-line tool.
+"""TLS for tests: a throwaway CA and certificates, for Apache Kafka's own SSL listeners
+(``apache_kafka.py``). Certificates are made with the ``openssl`` command-line tool.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port, wait_until
-from ingest.embedded.tansu import TansuBroker
 from ingest.errors import HarnessError
 
-__all__ = [
-    "AdvertisedBroker",
-    "CertificateAuthority",
-    "TlsTerminator",
-    "make_certificates",
-    "socat_binary",
-]
-
-
-def socat_binary() -> str:
-    """The socat binary; HarnessError when it is not installed."""
-    found = shutil.which("socat")
-    if not found:
-        raise HarnessError("socat is not installed (Debian: apt-get install socat)")
-    return found
+__all__ = ["CertificateAuthority", "make_certificates"]
 
 
 @dataclass(frozen=True)
@@ -111,73 +86,3 @@ def make_certificates(
         client_cert=client_cert,
         client_key=client_key,
     )
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-class TlsTerminator(ProcessServer):
-    """socat on 127.0.0.1:``port`` speaking TLS, forwarding plain TCP to ``target_port``.
-
-    With ``require_client_cert`` the terminator refuses clients without a
-    certificate signed by the CA (mutual TLS).
-    """
-
-    def __init__(
-        self,
-        target_port: int,
-        certificates: CertificateAuthority,
-        *,
-        port: int | None = None,
-        require_client_cert: bool = True,
-    ) -> None:
-        self.target_port = target_port
-        self.port = port or free_port()
-        self.certificates = certificates
-        verify = f"verify=1,cafile={certificates.ca_cert}" if require_client_cert else "verify=0"
-        listen = (
-            f"OPENSSL-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork,"
-            f"cert={certificates.server_cert},key={certificates.server_key},{verify}"
-        )
-        self.stop_timeout = 3.0
-        self.process = ManagedProcess(
-            f"socat tls :{self.port} -> :{target_port}",
-            [socat_binary(), "-d", listen, f"TCP:127.0.0.1:{target_port}"],
-            dict(os.environ),
-            certificates.directory / f"socat-{self.port}.log",
-            cwd=certificates.directory,
-        )
-
-    def start(self) -> TlsTerminator:
-        self.process.start()
-        try:
-            wait_until(lambda: _accepts(self.port), timeout=10, what=f"{self.process.name}")
-        except HarnessError:
-            self.process.stop(timeout=2)
-            raise
-        return self
-
-    def __repr__(self) -> str:
-        return f"TlsTerminator(:{self.port} -> :{self.target_port})"
-
-
-class AdvertisedBroker(TansuBroker):
-    """A TansuBroker whose Metadata advertises ``advertised_url`` (e.g. a TLS terminator's
-    address) instead of its own listener, as a broker behind a proxy would."""
-
-    def __init__(self, *, advertised_url: str, **kwargs: object) -> None:
-        self.advertised_url = advertised_url
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-
-    def _argv(self) -> list[str]:
-        return [
-            f"--kafka-advertised-listener-url={self.advertised_url}"
-            if arg.startswith("--kafka-advertised-listener-url=")
-            else arg
-            for arg in super()._argv()
-        ]
