@@ -56,6 +56,7 @@ import pyarrow.ipc as ipc
 from ingest.errors import ConfigError, IngestError
 from ingest.handoff.location import (
     CORRUPT_SUFFIX,
+    PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
     SEGMENT_SUFFIX,
     HandoffConfig,
@@ -223,6 +224,7 @@ class HandoffStore:
         if self._fs is None:
             if self.config.mode == "shm" and not os.path.isdir(self.root):
                 raise ConfigError(f"{self.root} is not a directory", key="handoff.root")
+            os.makedirs(self.root, mode=PRIVATE_DIR_MODE, exist_ok=True)  # files mode: made
             make_private_dir(self.namespace)
             fd = os.open(
                 f"{self.namespace}/{LOCK_FILE}",

@@ -82,3 +82,10 @@ def test_namespaces_that_cannot_be_cleaned_never_stop_a_run(tmp_path: Path) -> N
         assert store.opened
         assert store.clean_stale() == []
     assert foreign.exists() and broken.exists()
+
+
+def test_a_files_root_that_does_not_exist_yet_is_made_private(tmp_path: Path) -> None:
+    root = tmp_path / "not" / "yet"
+    with HandoffStore(HandoffConfig(mode="files", root=str(root))) as store:
+        assert Path(store.namespace).parent == root
+        assert _mode(root) == 0o700 and _mode(Path(store.namespace)) == 0o700
