@@ -123,6 +123,9 @@ def _retrying(spark: Any, statement: str, conflicts: list[str], attempts: int = 
     return False
 
 
+# Its waits are bounded themselves (120-180 s each); on a loaded machine the whole took 330 s,
+# and a timeout's signal would break the session's shared Spark for the tests after it.
+@pytest.mark.timeout(900)
 def test_spark_optimizes_deletes_and_alters_while_ingest_appends(
     broker: KafkaCluster, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
