@@ -17,9 +17,9 @@ from ingest.config import (
     parse_duration,
     parse_size,
     render_config,
-    secret_looking,
 )
 from ingest.errors import ConfigError
+from ingest.redaction import secret_looking
 from ingest.supervisor.wiring import client_config
 
 MINIMAL = """

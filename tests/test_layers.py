@@ -9,10 +9,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # What each part of the package may import from the others; everything else is a
-# higher layer. Shared modules at the top (errors, faults, logs, processes, jars, ddl) import
+# higher layer. Shared modules at the top (errors, redaction, faults, logs, processes, jars, ddl) import
 # no part but errors; spark_env (Delta's and S3A's session settings) only jars and errors.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    "redaction": set(),
     "faults": set(),
     "logs": set(),
     "processes": set(),
@@ -21,17 +22,18 @@ ALLOWED: dict[str, set[str]] = {
     "ddl": {"errors"},
     "registry": {"errors", "client"},
     "protocol": {"errors"},
-    "client": {"errors", "protocol"},
+    "client": {"errors", "redaction", "protocol"},
     "group": {"errors", "protocol"},
-    "handoff": {"errors", "protocol"},
-    "config": {"errors", "ddl", "client", "registry"},
+    "handoff": {"errors", "redaction", "protocol"},
+    "config": {"errors", "redaction", "ddl", "client", "registry"},
     "worker": {"errors", "logs", "processes", "protocol", "client", "handoff"},
-    "sink": {"errors", "faults", "protocol", "client", "registry", "handoff"},
+    "sink": {"errors", "redaction", "faults", "protocol", "client", "registry", "handoff"},
     "embedded": {"errors", "protocol"},
     "membership": {"errors", "logs", "processes", "protocol", "client", "group"},
     "formats": {"errors", "protocol", "registry", "sink"},
     "engines": {
         "errors",
+        "redaction",
         "faults",
         "processes",
         "ddl",

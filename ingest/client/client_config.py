@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ingest.errors import ConfigError
+from ingest.redaction import MASK
 
 __all__ = [
     "SASL_MECHANISMS",
@@ -26,8 +27,6 @@ __all__ = [
     "parse_address",
     "parse_bootstrap",
 ]
-
-_MASK = "**********"
 
 
 class Secret:
@@ -48,13 +47,13 @@ class Secret:
         return self._value
 
     def __repr__(self) -> str:
-        return f"Secret({_MASK!r})"
+        return f"Secret({MASK!r})"
 
     def __str__(self) -> str:
-        return _MASK
+        return MASK
 
     def __format__(self, spec: str) -> str:
-        return _MASK
+        return MASK
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secret):

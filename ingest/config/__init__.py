@@ -34,7 +34,7 @@ from ingest.config.config_schema import config_schema
 from ingest.config.kafka import FetchSection, KafkaSection, SaslSection, SourceSection, TlsSection
 from ingest.config.loader import load_config, parse_config
 from ingest.config.registry_section import SchemaRegistrySection
-from ingest.config.render import render_config, secret_looking, toml_value
+from ingest.config.render import render_config, toml_value
 from ingest.config.sections import (
     DeadLetterSection,
     HandoffSection,
@@ -80,6 +80,5 @@ __all__ = [
     "parse_duration",
     "parse_size",
     "render_config",
-    "secret_looking",
     "toml_value",
 ]

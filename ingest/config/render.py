@@ -11,6 +11,7 @@ from typing import Any
 from ingest.client.client_config import Secret
 from ingest.config.sections import IngestConfig
 from ingest.config.units import Duration, Size
+from ingest.redaction import masked
 
 
 def render_config(config: IngestConfig) -> str:
@@ -51,8 +52,8 @@ def _render_table(
         elif isinstance(item, dict) and spec.name == "storage_options_env":
             scalars.append(f"{spec.name} = {toml_value(item)}  # values: ***")
         elif isinstance(item, dict):  # storage options, Spark conf, table properties
-            masked = {k: "***" if secret_looking(str(k)) else v for k, v in item.items()}
-            scalars.append(f"{spec.name} = {toml_value(masked)}")
+            shown_items = masked(dict(item))
+            scalars.append(f"{spec.name} = {toml_value(shown_items)}")
         else:
             scalars.append(f"{spec.name} = {toml_value(item)}")
     lines.append(f"[[{name}]]" if array else f"[{name}]")
@@ -60,18 +61,6 @@ def _render_table(
     lines.append("")
     for dotted, item in nested:
         _render_table(dotted, item, secrets, lines)
-
-
-# Keys whose values are masked wherever they appear in a table of free-form options (S3
-# keys, tokens, passwords in storage_options or [spark] conf).
-_SECRET_HINTS: tuple[str, ...] = ("secret", "password", "passwd", "token", "credential")
-_SECRET_HINTS += ("private_key", "account_key", "accountkey", "client_key")
-
-
-def secret_looking(key: str) -> bool:
-    """Whether an option named ``key`` probably holds a secret."""
-    folded = key.lower().replace("-", "_").replace(".", "_")
-    return any(hint in folded for hint in _SECRET_HINTS)
 
 
 def toml_value(value: Any) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import pyarrow.fs as pafs
 
 from ingest.errors import ConfigError
+from ingest.redaction import masked
 
 __all__ = [
     "CORRUPT_PREFIX",
@@ -38,7 +39,6 @@ DEFAULT_SHM_ROOT = "/dev/shm"
 SEGMENT_SUFFIX = ".arrows"
 CORRUPT_SUFFIX = ".bin"
 CORRUPT_PREFIX = "corrupt-"
-_SECRET_HINTS = ("secret", "password", "token", "session")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,10 +84,7 @@ class HandoffConfig:
         return self.root if self.root is not None else DEFAULT_SHM_ROOT
 
     def __repr__(self) -> str:
-        options = {
-            key: "**********" if any(hint in key.lower() for hint in _SECRET_HINTS) else value
-            for key, value in self.storage_options.items()
-        }
+        options = masked(dict(self.storage_options))
         return (
             f"HandoffConfig(mode={self.mode!r}, root={self.resolved_root!r}, "
             f"storage_options={options!r}, segment_max_bytes={self.segment_max_bytes}, "

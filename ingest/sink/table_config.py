@@ -21,6 +21,7 @@ from typing import Literal
 
 from ingest.errors import ConfigError
 from ingest.protocol.partition import topic_name_problem
+from ingest.redaction import masked
 from ingest.registry import REGISTRY_FORMATS, RegisteredSchema, RegistrySettings, subject_for
 from ingest.sink.storage import normalize_uri
 
@@ -60,14 +61,6 @@ DEAD_LETTER_COLUMN = "_dead_letter"
 # In upsert mode, a true value in this column deletes the row's key (a tombstone, a
 # Debezium delete, or a transform's choice); it never lands as a column.
 DELETE_COLUMN = "_delete"
-_SECRET_HINTS = ("secret", "password", "token", "session", "key_id")
-
-
-def _masked(options: Mapping[str, str]) -> dict[str, str]:
-    return {
-        key: "**********" if any(hint in key.lower() for hint in _SECRET_HINTS) else value
-        for key, value in options.items()
-    }
 
 
 @dataclass(frozen=True)
@@ -286,7 +279,7 @@ class TableConfig:
             f"tombstones={self.tombstones!r}, transform={self.transform!r}, "
             f"partition_by={self.partition_by!r}, date_column={self.date_column!r}, "
             f"dead_letter_uri={self.dead_letter_uri!r}, "
-            f"storage_options={_masked(self.storage_options)!r})"
+            f"storage_options={masked(dict(self.storage_options))!r}"
         )
 
 

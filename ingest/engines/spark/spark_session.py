@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest.config import SparkSection, secret_looking
+from ingest.config import SparkSection
 from ingest.engines.spark.executorwatch import EXECUTORLESS_TIMEOUT, ExecutorWatch
 from ingest.engines.spark.jvmlog import JvmOutputRelay
 from ingest.errors import SinkError, SparkClusterLost, SparkStartError
 from ingest.processes import pid_alive, start_thread
+from ingest.redaction import secret_looking
 from ingest.sink.land import Batch, BatchResult
 from ingest.spark_env import session_settings
 
