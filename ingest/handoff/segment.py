@@ -35,6 +35,7 @@ from ingest.handoff.location import (
 )
 from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
 from ingest.handoff.store import TMP_SUFFIX, HandoffError, HandoffFull, is_full
+from ingest.protocol.partition import topic_name_problem
 from ingest.protocol.recordbatch.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
 
 __all__ = ["SegmentWriter"]
@@ -85,6 +86,9 @@ class SegmentWriter:
         self.partition = partition
         self._clock = clock
         self._fs = location.filesystem()
+        problem = topic_name_problem(topic)
+        if problem is not None:  # a name from the cluster, never a path of ours to follow
+            raise HandoffError(f"a topic cannot name a handoff directory: {problem}")
         self._directory = f"{location.namespace}/{topic}/{partition}"
         if self._fs is None:  # the namespace is this user's, 0700 (``HandoffStore.open``)
             make_private_dir(f"{location.namespace}/{topic}")

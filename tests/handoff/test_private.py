@@ -89,3 +89,14 @@ def test_a_files_root_that_does_not_exist_yet_is_made_private(tmp_path: Path) ->
     with HandoffStore(HandoffConfig(mode="files", root=str(root))) as store:
         assert Path(store.namespace).parent == root
         assert _mode(root) == 0o700 and _mode(Path(store.namespace)) == 0o700
+
+
+@pytest.mark.parametrize("topic", ["..", ".", "../../escaped", "a/b", "x" * 250, ""])
+def test_a_topic_name_kafka_refuses_never_becomes_a_path(tmp_path: Path, topic: str) -> None:
+    # Another broker may hand out a name Apache Kafka refuses; the handoff never follows it.
+    root = tmp_path / "root"
+    with HandoffStore(HandoffConfig(mode="files", root=str(root))) as store:
+        before = sorted(tmp_path.rglob("*"))
+        with pytest.raises(HandoffError, match="cannot name a handoff directory"):
+            SegmentWriter(store.location, topic, 0)
+        assert sorted(tmp_path.rglob("*")) == before
