@@ -149,5 +149,8 @@ class FetchSection:
     (anyone who may write to a topic can send a 2 KB batch of 60 MiB of zeros): the batches past
     it wait for the next Fetch. The first batch is always taken (one batch decompresses to 64 MiB
     at most, else it is a corrupt batch)."""
+    max_record_bytes: Size = Field(default=Size(64 * 1024**2), ge=Size(1024), le=Size(1024**3))
+    """Most bytes one record's key and value may hold together: a larger record becomes a
+    dead letter naming its size (its bytes are not kept), and the partition goes on."""
     check_crc: Bool = False
     """Check each record batch's CRC32C as it is read."""

@@ -194,6 +194,7 @@ def fetch_settings(config: IngestConfig) -> FetchSettings:
         max_bytes=int(fetch.max_bytes),
         partition_max_bytes=int(fetch.partition_max_bytes),
         max_decode_bytes=int(fetch.max_decode_bytes),
+        max_record_bytes=int(fetch.max_record_bytes),
         isolation_level=config.source.isolation_level,
         auto_offset_reset=config.source.auto_offset_reset,
         check_crc=fetch.check_crc,

@@ -48,6 +48,7 @@ from ingest.protocol.error_codes import ErrorCode, error_for
 from ingest.protocol.messages import FetchResponse, PartitionData
 from ingest.protocol.partition import Partition
 from ingest.protocol.recordbatch.records import DecodedRecords, decode_records
+from ingest.worker import results
 from ingest.worker.fetch_session import SESSION_ERRORS, FetchSession, fetch_request, partition_data
 from ingest.worker.positions import PastLogEndWatch, PositionResolver
 from ingest.worker.results import CorruptRange, FetchResult, OffsetReset, corrupt_ranges
@@ -426,6 +427,10 @@ class PartitionFetcher:
             batch, position, reached = cut_at_timestamp(batch, position, self.end_timestamp)
             if reached:
                 self.end_offset = position
+        if batch is not None and batch.num_rows:
+            limit = self.settings.max_record_bytes
+            batch, oversized = results.split_oversized(batch, limit, str(self.tp))
+            corrupt += oversized
         self.position = position
         if self.end_offset is not None and position >= self.end_offset:
             self.finished = True
@@ -442,17 +447,9 @@ class PartitionFetcher:
         )
 
     def _skip_before_timestamp(self, batch: pa.RecordBatch, target: int) -> pa.RecordBatch:
-        kept, reached, dropped = skip_before_timestamp(batch, target)
+        kept, reached, _ = skip_before_timestamp(batch, target, str(self.tp))
         if reached:
             self.seek_timestamp = None
-        if dropped is not None:
-            log.info(
-                "%s: skipped offsets %d-%d, timestamped before %d (the start timestamp)",
-                self.tp,
-                dropped[0],
-                dropped[1],
-                target,
-            )
         return kept
 
     def _grow(self, needed: int, fetch_offset: int) -> None:

@@ -7,11 +7,19 @@ import logging
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.errors import CorruptBatchError
 from ingest.protocol.recordbatch.records import DecodedRecords
 
-__all__ = ["CorruptRange", "FetchResult", "OffsetReset", "UnreadableCorruption", "corrupt_ranges"]
+__all__ = [
+    "CorruptRange",
+    "FetchResult",
+    "OffsetReset",
+    "UnreadableCorruption",
+    "corrupt_ranges",
+    "split_oversized",
+]
 
 log = logging.getLogger("ingest.worker")
 
@@ -98,3 +106,26 @@ def corrupt_ranges(
             bad.reason,
         )
     return tuple(corrupt)
+
+
+def split_oversized(
+    batch: pa.RecordBatch, limit: int, where: str
+) -> tuple[pa.RecordBatch, tuple[CorruptRange, ...]]:
+    """The records of ``batch`` whose key and value hold at most ``limit`` bytes together,
+    and a report for each larger one (a dead letter naming its size; its bytes are not
+    kept). ``where`` names the partition."""
+    sizes = pc.add(
+        pc.fill_null(pc.binary_length(batch.column("value")), 0),
+        pc.fill_null(pc.binary_length(batch.column("key")), 0),
+    )
+    largest = pc.max(sizes).as_py()
+    if largest is None or largest <= limit:
+        return batch, ()
+    over = pc.greater(sizes, limit)
+    offsets = pc.filter(batch.column("offset"), over).to_pylist()
+    reports = []
+    for offset, size in zip(offsets, pc.filter(sizes, over).to_pylist(), strict=True):
+        reason = f"record of {size} bytes (key and value) exceeds fetch.max_record_bytes ({limit})"
+        reports.append(CorruptRange(offset, offset, b"", reason, "oversized"))
+        log.error("%s: offset %d: %s: reported, not landed", where, offset, reason)
+    return batch.filter(pc.invert(over)), tuple(reports)

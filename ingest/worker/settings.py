@@ -119,6 +119,8 @@ class FetchSettings:
     max_fetch_bytes_limit: int = 64 * 1024 * 1024
     # Most bytes one answer is decompressed to (``decode_records``'s ``max_decode_bytes``).
     max_decode_bytes: int = 64 * 1024 * 1024
+    # Most bytes of one record's key and value; a larger one is reported as a dead letter.
+    max_record_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for key in ("max_wait_ms", "min_bytes"):
@@ -130,6 +132,7 @@ class FetchSettings:
             "partition_max_bytes",
             "max_fetch_bytes_limit",
             "max_decode_bytes",
+            "max_record_bytes",
         ):
             value = getattr(self, key)
             if not isinstance(value, int) or not 1 <= value <= _INT32_MAX:

@@ -9,6 +9,7 @@ batches (offsets ascending), no copy of the records (``slice``).
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
 import numpy as np
@@ -17,6 +18,8 @@ import pyarrow as pa
 from ingest.protocol.recordbatch.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
 
 __all__ = ["Skipped", "cut_at_end", "cut_at_timestamp", "skip_before_timestamp"]
+
+log = logging.getLogger("ingest.worker")
 
 
 class Skipped(NamedTuple):
@@ -29,8 +32,11 @@ class Skipped(NamedTuple):
     dropped: tuple[int, int] | None
 
 
-def skip_before_timestamp(batch: pa.RecordBatch, timestamp: int) -> Skipped:
-    """Drops the records before the first one timestamped at or after ``timestamp``.
+def skip_before_timestamp(
+    batch: pa.RecordBatch, timestamp: int, where: str | None = None
+) -> Skipped:
+    """Drops the records before the first one timestamped at or after ``timestamp``
+    (logged at info level when ``where`` names the partition).
 
     "Until the first match" rather than "every record below": with timestamps out
     of order, everything after the start record is kept, as Kafka's start means.
@@ -44,7 +50,15 @@ def skip_before_timestamp(batch: pa.RecordBatch, timestamp: int) -> Skipped:
     if not first:
         return Skipped(batch.slice(first), True, None)
     offsets = int64_values(batch.column(OFFSET_COLUMN))
-    return Skipped(batch.slice(first), True, (int(offsets[0]), int(offsets[first - 1])))
+    dropped = (int(offsets[0]), int(offsets[first - 1]))
+    if where is not None:
+        log.info(
+            "%s: skipped offsets %d-%d, timestamped before %d (the start timestamp)",
+            where,
+            *dropped,
+            timestamp,
+        )
+    return Skipped(batch.slice(first), True, dropped)
 
 
 def cut_at_end(batch: pa.RecordBatch, position: int, end_offset: int) -> tuple[pa.RecordBatch, int]:

@@ -58,7 +58,9 @@ class RecordError(IntEnum):
     TRAILING = 9
 
 
-CorruptKind = Literal["crc", "magic", "structure", "framing", "decompression", "control"]
+CorruptKind = Literal[
+    "crc", "magic", "structure", "framing", "decompression", "control", "oversized"
+]
 
 
 @dataclass(frozen=True)
