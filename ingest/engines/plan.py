@@ -87,6 +87,8 @@ class ReadPlan:
     prefix: str = ""  # where data files go inside the table location
     segment_options: Mapping[str, Any] = field(default_factory=dict)
     ingest_time: dt.datetime | None = None
+    # Each segment's (size, checksum) by URI, checked before it is read.
+    checks: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
 
     @classmethod
     def files(
@@ -104,6 +106,7 @@ class ReadPlan:
             prefix=request.prefix,
             segment_options=request.segment_options,
             ingest_time=request.ingest_time,
+            checks={s.uri: (s.bytes, s.checksum) for s in request.segments},
         )
 
 
@@ -125,7 +128,10 @@ def dead_letter_name(token: str, index: int) -> str:
 def read_task(plan: ReadPlan, index: int) -> tuple[pa.Table, pa.Table]:
     """(rows, dead letters) of one task's segments, filtered and decoded."""
     task = plan.tasks[index]
-    segments = [read_segment(uri, storage_options=plan.segment_options) for uri in task.uris]
+    segments = [
+        read_segment(uri, storage_options=plan.segment_options, expect=plan.checks.get(uri))
+        for uri in task.uris
+    ]
     segment = segments[0] if len(segments) == 1 else pa.concat_tables(segments)
     if task.rows is not None:
         segment = segment.slice(task.rows[0], task.rows[1] - task.rows[0])

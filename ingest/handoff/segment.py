@@ -34,7 +34,7 @@ from ingest.handoff.location import (
     make_private_dir,
 )
 from ingest.handoff.messages import CorruptRangeReported, SegmentSealed
-from ingest.handoff.store import TMP_SUFFIX, HandoffError, HandoffFull, is_full
+from ingest.handoff.store import TMP_SUFFIX, HandoffError, HandoffFull, file_checksum, is_full
 from ingest.protocol.partition import topic_name_problem
 from ingest.protocol.recordbatch.records import OFFSET_COLUMN, TIMESTAMP_COLUMN, int64_values
 
@@ -289,6 +289,12 @@ class SegmentWriter:
         return salvaged
 
     def _published(self, segment: _OpenSegment, size: int, next_offset: int) -> SegmentSealed:
+        checksum = None
+        if self._fs is None:
+            try:
+                checksum = file_checksum(segment.final_path)
+            except OSError as exc:
+                raise HandoffError(f"cannot read back segment {segment.segment_id}: {exc}") from exc
         self.covered_until = next_offset
         self.sealed += 1
         return SegmentSealed(
@@ -304,6 +310,7 @@ class SegmentWriter:
             bytes=size,
             min_timestamp=segment.min_timestamp,
             max_timestamp=segment.max_timestamp,
+            checksum=checksum,
         )
 
     def skip_to(self, offset: int) -> None:

@@ -39,12 +39,14 @@ import errno
 import fcntl
 import json
 import logging
+import mmap
 import os
 import shutil
 import socket
 import stat
 import time
 import uuid
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,7 @@ __all__ = [
     "HandoffFull",
     "HandoffSpaceExhausted",
     "HandoffStore",
+    "file_checksum",
     "read_segment",
 ]
 
@@ -113,20 +116,57 @@ def _check_id(item_id: str) -> None:
         raise HandoffError(f"{item_id!r} is not a segment or corrupt-range id")
 
 
+def file_checksum(path: str) -> int:
+    """CRC-32 (zlib's) of a local file's bytes, read through a memory map."""
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            return 0
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return zlib.crc32(mapped)
+
+
 def read_segment(
-    uri: str, *, storage_options: Mapping[str, Any] | None = None, memory_map: bool = True
+    uri: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    memory_map: bool = True,
+    expect: tuple[int, int | None] | None = None,
 ) -> pa.Table:
     """The records of one sealed segment. Local segments are memory-mapped (no copy):
-    the table's buffers point into the file's pages for as long as the table lives."""
+    the table's buffers point into the file's pages for as long as the table lives.
+
+    ``expect`` is the segment's (size, checksum) from its ``SegmentSealed``: a local file
+    of another size or checksum is refused before it is parsed, with a ``HandoffError``
+    naming it (a changed file read through a map could kill the reader with SIGBUS).
+    """
     if "://" not in uri or uri.startswith("file://"):
         path = uri.removeprefix("file://")
+        if expect is not None:
+            _check_segment(path, *expect)
         source: pa.NativeFile = pa.memory_map(path, "r") if memory_map else pa.OSFile(path, "rb")
-        with source:
-            return ipc.open_stream(source).read_all()
+        try:
+            with source:
+                return ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid as exc:
+            raise HandoffError(f"segment {path} cannot be read: {exc}") from exc
     filesystem, path, _ = split_root(uri, storage_options or {})
     assert filesystem is not None
     with filesystem.open_input_stream(path) as stream:
         return ipc.open_stream(stream).read_all()
+
+
+def _check_segment(path: str, size: int, checksum: int | None) -> None:
+    try:
+        actual = os.stat(path).st_size
+        if actual != size:
+            raise HandoffError(f"segment {path} is {actual} bytes; it was sealed at {size}")
+        if checksum is not None and (found := file_checksum(path)) != checksum:
+            raise HandoffError(
+                f"segment {path} was changed after it was sealed: CRC-32 {found:#010x}, "
+                f"sealed as {checksum:#010x}"
+            )
+    except OSError as exc:
+        raise HandoffError(f"cannot read segment {path}: {exc}") from exc
 
 
 # -- ownership --------------------------------------------------------------------------

@@ -175,7 +175,8 @@ def rejected_dead_letters(
             segment.first_offset <= o <= segment.last_offset for o in offsets
         ):
             continue
-        records = read_segment(segment.uri, storage_options=storage_options)
+        expect = (segment.bytes, segment.checksum)
+        records = read_segment(segment.uri, storage_options=storage_options, expect=expect)
         chosen = records.filter(
             pc.is_in(records.column("offset"), pa.array(list(offsets), pa.int64()))
         )
