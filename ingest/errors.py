@@ -44,7 +44,7 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   ├── SparkStartError          the Spark session did not start (its JVM exited or never
     │   │                            answered): no later batch can land in this process
     │   └── SparkClusterLost         a standalone cluster's batch had no executor for
-    │                                EXECUTORLESS_TIMEOUT (a restarted master forgets the
+    │                                [spark] executorless_timeout (a restarted master forgets the
     │                                application): no later batch can land in this process
     ├── LogTruncationError           the log diverged below a restored position (KIP-320):
     │                                records the table holds are no longer the broker's
@@ -231,7 +231,7 @@ class SparkStartError(SinkError):
 
 
 class SparkClusterLost(SinkError):
-    """A batch on a Spark standalone master had no executor for ``EXECUTORLESS_TIMEOUT``
+    """A batch on a Spark standalone master had no executor for ``[spark] executorless_timeout``
     (``ingest/engines/spark/spark_session.py``): the application lost its cluster (a master
     restarted without recovery forgets it and kills its executors, and the driver waits for
     it forever). The session cannot get executors back; a new run can."""

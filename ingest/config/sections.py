@@ -198,6 +198,10 @@ class SparkSection:
     engine: Literal["auto", "spark", "local"] = "auto"
     """Where batches without a transform run on a local master: "auto" and "local" in a pool of
     local processes without a JVM (ingest/engines/local/task_pool.py); "spark" on Spark."""
+    executorless_timeout: Duration = Field(default=Duration(60), gt=0)
+    """On a standalone master (spark://): how long a batch may go without any executor before
+    it is cancelled and the run exits 1 (a master restarted without recovery forgets the
+    application, and the driver would wait for it forever)."""
 
 
 @dataclass(frozen=True, config=SECTION)

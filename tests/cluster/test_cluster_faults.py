@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from ingest.engines.spark.executorwatch import EXECUTORLESS_TIMEOUT
 from ingest.faults import fault_point_env
 from ingest.testing import KafkaCluster, SparkCluster, verify_exact
 from ingest.testing.spark_cluster import alive, descendants
@@ -25,6 +24,9 @@ from tests.runtime.support import Cli, wait_until
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 STALL = "ingest: fault point in_spark_task #1: stall"
+# The run's [spark] executorless_timeout: shorter than the default 60 s, far above the few
+# seconds a new application waits for its executors.
+EXECUTORLESS_S = 20
 
 
 def stalled_executor(cluster: SparkCluster, index: int) -> bool:
@@ -115,7 +117,7 @@ def test_a_master_restarted_between_batches_fails_the_run_clearly_and_a_rerun_is
     tmp_path: Path,
 ) -> None:
     """A restarted master forgets the application and kills its executors; the driver would
-    wait for it forever. The next batch fails after EXECUTORLESS_TIMEOUT, nothing of it
+    wait for it forever. The next batch fails after [spark] executorless_timeout, nothing of it
     committed, and the run exits 1 saying why; a rerun (a new application) lands the rest."""
     table = tmp_path / "table"
     path = cluster_config(
@@ -126,6 +128,7 @@ def test_a_master_restarted_between_batches_fails_the_run_clearly_and_a_rerun_is
         table=str(table),
         master=spark_cluster.master_url,
         handoff_root=str(tmp_path / "handoff"),
+        sections={"spark": {"executorless_timeout": f"{EXECUTORLESS_S}s"}},
     )
     began = time.monotonic()
     cli = Cli(
@@ -142,7 +145,7 @@ def test_a_master_restarted_between_batches_fails_the_run_clearly_and_a_rerun_is
         spark_cluster.stop_master()
         restarted = spark_cluster.start_master()
         wait_until(lambda: spark_cluster.alive_workers() == 2, 60, "the workers to re-register")
-        code = cli.wait(EXECUTORLESS_TIMEOUT + 120)
+        code = cli.wait(EXECUTORLESS_S + 120)
     finally:
         cli.kill()
     failed_after = time.monotonic() - began

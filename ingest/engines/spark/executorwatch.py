@@ -5,8 +5,8 @@ the applications it ran: when the workers register again, it has them kill the e
 of applications it does not know, and the driver, disconnected, logs "Waiting for
 reconnection..." and waits for that master forever (measured on Spark 4.2: a batch of
 ``ingest run`` then hung with no executor and no error). ``ExecutorWatch`` turns that hang
-into an error: a batch that has had no executor for ``EXECUTORLESS_TIMEOUT`` is cancelled,
-and ``SparkProvider.land`` raises ``SparkClusterLost``, which ends the run (exit 1) with
+into an error: a batch that has had no executor for ``[spark] executorless_timeout`` (60 s)
+is cancelled, and ``SparkEngine.land`` raises ``SparkClusterLost``, which ends the run (exit 1) with
 nothing of the batch committed; a rerun starts a new application and lands it exactly.
 """
 
@@ -20,14 +20,9 @@ from typing import Any
 
 from ingest.processes import start_thread
 
-__all__ = ["EXECUTORLESS_TIMEOUT", "ExecutorWatch"]
+__all__ = ["ExecutorWatch"]
 
 log = logging.getLogger("ingest.supervisor.spark")
-
-# How long a batch on a standalone master (spark://) may run with no executor at all before
-# it is cancelled: a master restarted without recovery forgets the application and kills
-# its executors, and the driver then waits for that master forever (Spark 4.2).
-EXECUTORLESS_TIMEOUT = 60.0
 
 
 class ExecutorWatch:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.config import SparkSection
-from ingest.engines.spark.executorwatch import EXECUTORLESS_TIMEOUT, ExecutorWatch
+from ingest.engines.spark.executorwatch import ExecutorWatch
 from ingest.engines.spark.jvmlog import JvmOutputRelay
 from ingest.errors import SinkError, SparkClusterLost, SparkStartError
 from ingest.processes import pid_alive, start_thread
@@ -318,7 +318,7 @@ class SparkEngine:
         session = self.get()
         if not self.section.master.startswith("spark://"):
             return run_batch(session, batch)
-        with ExecutorWatch(session, EXECUTORLESS_TIMEOUT) as watch:
+        with ExecutorWatch(session, float(self.section.executorless_timeout)) as watch:
             try:
                 return run_batch(session, batch)
             except Exception as exc:
