@@ -156,8 +156,8 @@ class TableSection:
     """The table's partition columns."""
     properties: dict[Str, Str] = Field(default_factory=dict)
     """Delta table properties of a table ingest creates, e.g. { "delta.logRetentionDuration" =
-    "interval 30 days" }; a table that exists keeps its own (delta.setTransactionRetentionDuration
-    is refused)."""
+    "interval 30 days" }, beside delta.checkpointInterval = 10 unless set here; a table that
+    exists keeps its own (delta.setTransactionRetentionDuration is refused)."""
     transform: Str | None = None
     """Spark SQL over the view `batch`, run on each batch."""
     transform_tables: dict[ViewName, DeltaUri] = Field(default_factory=dict)

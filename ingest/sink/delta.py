@@ -97,6 +97,13 @@ class CommitOutcome:
     stage_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
+# What a table ingest creates gets unless [table] properties say otherwise. A checkpoint
+# every 10 versions, as Delta Spark's default (delta-rs's is 100): each batch loads the table
+# from its last checkpoint, and every commit file after it is one more read, on a thread of
+# delta-rs's pool (a continuous run at 100 commit files past a checkpoint held ~100 threads).
+CREATED_TABLE_PROPERTIES = {"delta.checkpointInterval": "10"}
+
+
 class DeltaTarget:
     """One Delta table the driver commits to."""
 
@@ -113,7 +120,7 @@ class DeltaTarget:
         self.location = location
         self.partition_by = tuple(partition_by)
         # The table properties (``delta.*`` configuration) a table created here gets.
-        self.properties = dict(properties or {})
+        self.properties = {**CREATED_TABLE_PROPERTIES, **dict(properties or {})}
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds

@@ -106,6 +106,7 @@ partition_by = ["partition"]
     assert DeltaTable(str(lake / "orders")).metadata().configuration == {
         "delta.appendOnly": "true",
         "delta.logRetentionDuration": "interval 60 days",
+        "delta.checkpointInterval": "10",  # every table ingest creates has it
     }
     assert DeltaTable(str(lake / "events")).metadata().partition_columns == ["partition"]
     orders = DeltaTable(str(lake / "orders")).to_pyarrow_table()

@@ -202,7 +202,7 @@ def test_two_processes_racing_for_the_same_offsets_land_each_once(tmp_path: Path
         assert table.transaction_version(app_id(uri, committer.GROUP, "race", partition)) == last
     # Every round had a loser on the shared partition, and it left no file behind.
     assert sum(dropped for _, _, _, dropped, _ in reports) == rounds * committer.ROWS_PER_ROUND
-    on_disk = {str(p) for p in Path(uri).rglob("*.parquet")}
+    on_disk = {str(p) for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts}
     assert on_disk == set(table.file_uris())
 
 
@@ -269,3 +269,32 @@ def test_a_file_without_provenance_cannot_be_refiltered_and_is_removed(tmp_path:
         )
     assert not (tmp_path / "t" / blind.path).exists()
     assert DeltaTable(location.uri).version() == 1  # create + the rival; nothing of ours
+
+
+def test_a_created_table_is_checkpointed_every_10_versions_by_its_commits(
+    tmp_path: Path,
+) -> None:
+    # Each batch loads the table from its last checkpoint: the commit files after it are
+    # read one by one (on delta-rs's threads), so they must stay few (Delta Spark's 10).
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location)
+    app = app_id(location.uri, "g", "cp", 0)
+    for batch in range(12):
+        rows = _rows(0, batch * 10, 10)
+        _commit(
+            target,
+            write_data_files(rows, location, name=f"b{batch}"),
+            {app: batch * 10 + 9},
+            rows.schema,
+        )
+    table = DeltaTable(location.uri)
+    assert table.version() == 12
+    assert table.metadata().configuration["delta.checkpointInterval"] == "10"
+    log = tmp_path / "t" / "_delta_log"
+    # delta-rs checkpoints the version whose number + 1 is a multiple of the interval.
+    assert (log / f"{9:020d}.checkpoint.parquet").exists(), sorted(p.name for p in log.iterdir())
+    # A table's own setting wins.
+    other = TableLocation.of(str(tmp_path / "u"))
+    assert DeltaTarget(other, properties={"delta.checkpointInterval": "50"}).properties == {
+        "delta.checkpointInterval": "50"
+    }

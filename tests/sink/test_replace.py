@@ -34,9 +34,11 @@ def append(
     )
 
 
-def landed(tmp_path: Path) -> tuple[DeltaTarget, dict[int, str]]:
+def landed(
+    tmp_path: Path, properties: dict[str, str] | None = None
+) -> tuple[DeltaTarget, dict[int, str]]:
     """Partitions 0 and 1, offsets 0-299 each, in files of 100 offsets."""
-    target = DeltaTarget(TableLocation.of(str(tmp_path / "t")))
+    target = DeltaTarget(TableLocation.of(str(tmp_path / "t")), properties=properties)
     apps = {p: app_id(target.uri, "g", "race", p) for p in (0, 1)}
     for start in (0, 100, 200):
         for partition in (0, 1):
