@@ -38,7 +38,7 @@ class SegmentSealed:
     # The partition leader epoch of the batch holding ``next_offset - 1`` (KIP-320): the
     # OffsetCommit of ``next_offset`` carries it. -1: unknown.
     leader_epoch: int = -1
-    # CRC-32 (zlib's) of a local segment file, checked before it is parsed
+    # CRC-32C of a local segment file, checked before it is parsed
     # (``store.read_segment``); None for an object-store segment (not mapped, and the
     # store checks its own uploads).
     checksum: int | None = None

@@ -1,4 +1,4 @@
-"""A sealed local segment carries its CRC-32 (``SegmentSealed.checksum``), and a reader
+"""A sealed local segment carries its CRC-32C (``SegmentSealed.checksum``), and a reader
 checks its size and checksum before parsing it: a segment changed or cut after it was
 sealed is a ``HandoffError`` naming it, never wrong rows and never a signal."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from ingest.engines.plan import ReadPlan, SegmentTask, read_task
 from ingest.formats.decode import DecodeSpec
 from ingest.handoff import HandoffConfig, HandoffError, HandoffStore, SegmentSealed, SegmentWriter
 from ingest.handoff.store import read_segment
+from ingest.protocol.recordbatch.records import crc32c
 from ingest.sink.storage import TableLocation
 from tests.handoff.test_store import records
 
@@ -42,11 +42,11 @@ def _plan(sealed: SegmentSealed, tmp_path: Path) -> ReadPlan:
     )
 
 
-def test_a_sealed_segment_carries_the_crc_of_its_bytes(tmp_path: Path) -> None:
+def test_a_sealed_segment_carries_the_crc32c_of_its_bytes(tmp_path: Path) -> None:
     store, sealed = _sealed(tmp_path)
     with store:
         path = store.location.path_of(sealed.segment_id)
-        assert sealed.checksum == zlib.crc32(Path(path).read_bytes())
+        assert sealed.checksum == crc32c(Path(path).read_bytes())
         assert sealed.bytes == os.path.getsize(path)
         rows, _ = read_task(_plan(sealed, tmp_path), 0)
         assert rows.num_rows == 50
