@@ -222,3 +222,20 @@ def test_compaction_beside_appends_changes_nothing(tmp_path: Path) -> None:
     table = DeltaTable(target.uri)
     assert offsets(table, 0) == list(range(900)) and offsets(table, 1) == list(range(900))
     assert [table.transaction_version(a) for a in apps.values()] == [899, 899]
+
+
+def test_a_compaction_planned_before_another_writer_deletes_loses(tmp_path: Path) -> None:
+    """Another writer (here delta-rs's DELETE) removes, with dataChange=true, a file the
+    compaction read: the compaction's remove of that file conflicts, so it never brings the
+    deleted rows back. The next pass compacts the DELETE's file, whose Arrow schema says
+    ``string_view``, with ours (plain ``string``)."""
+    target, _ = landed(tmp_path)
+    planned = target.load()
+    assert planned is not None
+    DeltaTable(target.uri).delete('"offset" < 10')
+    expected = multiset(DeltaTable(target.uri))
+    lost = compact(target.location, target_size=MiB, table=planned)
+    assert lost.lost_race and lost.version is None
+    assert multiset(DeltaTable(target.uri)) == expected
+    assert compact(target.location, target_size=MiB).version is not None
+    assert multiset(DeltaTable(target.uri)) == expected

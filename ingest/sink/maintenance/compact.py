@@ -18,6 +18,10 @@ or a MERGE after a compaction of the files it read: the rows land twice
 commits that remove files conflicts and the loser retries (the overwrite, the
 merge) or gives up until the next pass (a compaction, which deletes what it wrote).
 
+A file that carries a deletion vector is left as it is (its rows are not read without
+the vector's deleted ones, and its remove could not name the vector: delta-rs's
+``RemoveAction`` has no such field); the other files are compacted around it.
+
 Concurrent appends (ingest's batches) remove nothing and carry no guard: they
 never conflict with a compaction, and delta-rs rebases either over the other.
 A compaction only reads committed files: a batch's files in flight are not in
@@ -32,6 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,7 +51,7 @@ from ingest.sink.maintenance.rewrite import partition_text
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import guard_transaction
 
-__all__ = ["COMPACTION_KEY", "Compaction", "compact", "plan_bins"]
+__all__ = ["COMPACTION_KEY", "Compaction", "compact", "plan_bins", "vector_paths"]
 
 log = logging.getLogger("ingest.sink")
 
@@ -98,11 +103,39 @@ def plan_bins(entries: Sequence[_Entry], target_size: int) -> list[list[_Entry]]
     return [b for b in bins if len(b) >= 2]
 
 
-def _entries(table: DeltaTable) -> list[_Entry]:
+def vector_paths(table: DeltaTable, listing: pa.Table | None = None) -> set[str]:
+    """The live files of a snapshot that carry a deletion vector (their paths as
+    ``get_add_actions`` names them; ``listing``: its flattened table, if read already).
+    delta-rs 1.6 lists no vector with the adds: ``deletion_vectors()`` names the files (and
+    holds each one's selection, a bool per row, in memory meanwhile)."""
+    if "deletionVectors" not in (table.protocol().reader_features or []):
+        return set()
+    if listing is None:
+        listing = pa.table(table.get_add_actions(flatten=True))
+    known = set(listing.column("path").to_pylist())
+    root = table.table_uri.rstrip("/") + "/"
+    found: set[str] = set()
+    for uri in pa.table(table.deletion_vectors().read_all()).column("filepath").to_pylist():
+        path = unquote(uri[len(root) :]) if uri.startswith(root) else ""
+        if path not in known:
+            raise SinkError(
+                f"{table.table_uri}: delta-rs names a deletion vector's file {uri!r}, which is "
+                "not one of the table's live files; not compacting"
+            )
+        found.add(path)
+    return found
+
+
+def _entries(table: DeltaTable, *, with_vectors: bool = True) -> list[_Entry]:
+    """The snapshot's live files; without those that carry a deletion vector unless
+    ``with_vectors``."""
     listing = pa.table(table.get_add_actions(flatten=True))
+    skipped = set() if with_vectors else vector_paths(table, listing)
     columns = [c for c in listing.column_names if c.startswith("partition.")]
     entries = []
     for row in listing.to_pylist():
+        if row["path"] in skipped:
+            continue
         entries.append(
             _Entry(
                 path=row["path"],
@@ -131,7 +164,9 @@ def compact(
             table = DeltaTable(location.uri, storage_options=location.delta_options())
         except DeltaError as exc:
             raise SinkError(f"{location.uri}: cannot load the table: {exc}") from exc
-    bins = plan_bins(_entries(table), target_size)
+    # A file with a deletion vector stays as it is: the remove that would take it out must
+    # name its vector, which delta-rs's RemoveAction cannot (ingest.sink.features).
+    bins = plan_bins(_entries(table, with_vectors=False), target_size)
     if not bins:
         return Compaction(None, 0, 0, 0, 0)
     opened = location.filesystem()
@@ -213,12 +248,41 @@ def _read_bin(
             part = pq.read_table(handle)
         raw = (part.schema.metadata or {}).get(FOOTER_KEY)
         described.append(None if raw is None else DataFile.from_json(raw).sources)
-        parts.append(part.replace_schema_metadata(None))
+        parts.append(_without_views(part.replace_schema_metadata(None)))
     data = pa.concat_tables(parts, promote_options="default")
     sources = sources_of(data)
     if not sources and all(d for d in described):
         sources = _merged([s for d in described if d for s in d])
     return data, sources
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with Arrow's view types replaced by the plain ones, nested types too."""
+    if pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_binary_view(kind):
+        return pa.binary()
+    if pa.types.is_struct(kind):
+        return pa.struct(
+            [kind.field(i).with_type(_plain(kind.field(i).type)) for i in range(kind.num_fields)]
+        )
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        item = kind.value_field.with_type(_plain(kind.value_field.type))
+        return pa.large_list(item) if pa.types.is_large_list(kind) else pa.list_(item)
+    if pa.types.is_map(kind):
+        return pa.map_(
+            kind.key_field.with_type(_plain(kind.key_field.type)),
+            kind.item_field.with_type(_plain(kind.item_field.type)),
+        )
+    return kind
+
+
+def _without_views(part: pa.Table) -> pa.Table:
+    """A file another writer wrote may say view types in its Arrow schema (delta-rs 1.6's
+    DELETE writes ``string_view``), which ``concat_tables`` cannot merge with
+    plain ones: cast to the plain types (the same Parquet types)."""
+    schema = pa.schema([f.with_type(_plain(f.type)) for f in part.schema])
+    return part if schema == part.schema else part.cast(schema)
 
 
 def _merged(sources: Sequence[Source]) -> tuple[Source, ...]:
