@@ -14,17 +14,20 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
   so a violating row would be committed (Spark then reads a NOT NULL column's null
   as another row's value). A delta-rs MERGE checks them and fails the batch whole.
 - deletion vectors: appends add new files (no vector needed), a delta-rs MERGE
-  honours the vectors of the files it rewrites (no deleted row comes back); but
-  rewriting files (compaction, ``maintenance/compact.py``; an overwrite's cut, ``maintenance/rewrite.py``)
-  reads raw Parquet and would bring deleted rows back.
+  honours the vectors of the files it rewrites (no deleted row comes back).
+  Compaction (``maintenance/compact.py``) leaves every file with a vector as it is
+  and compacts the others. An overwrite's cut (``maintenance/rewrite.py``) is
+  refused: delta-rs's remove action cannot name the vector of the file it removes.
 - change data feed: appends need no cdc files (readers derive inserts from adds);
   a delta-rs MERGE writes update pre/post images and deletes.
 - appendOnly (``delta.appendOnly = true``): an upsert's MERGE removes files; it is
   refused (delta-rs only fails its commits over and over).
+- timestampNtz: written by delta-rs and by our pyarrow files alike (``timestamp[us]``).
+- vacuumProtocolCheck: delta-rs 1.6 refuses to write to such a table at all.
 
 ``check_table(uri, table, use)`` refuses a table with a feature that ``FEATURES``
-marks unsupported for ``use`` (``append``, ``upsert``, or ``rewrite``: compaction and
-``replay --overwrite``, which rewrite files with pyarrow), or one
+marks unsupported for ``use`` (``append``, ``upsert``, ``compact``: compaction, or
+``overwrite``: ``replay --overwrite``'s cut; both rewrite files with pyarrow), or one
 ingest does not know, with ``UnsupportedTableFeature`` naming each feature and why.
 It is called where a run, a replay or an maintenance pass opens its tables, and again
 for each batch on the snapshot it plans on (a feature turned on mid-run stops the
@@ -58,8 +61,8 @@ __all__ = [
     "probe_properties",
 ]
 
-Use = Literal["append", "upsert", "rewrite"]
-USES: tuple[Use, ...] = ("append", "upsert", "rewrite")
+Use = Literal["append", "upsert", "compact", "overwrite"]
+USES: tuple[Use, ...] = ("append", "upsert", "compact", "overwrite")
 
 
 class UnsupportedTableFeature(SinkError):
@@ -74,7 +77,8 @@ class FeatureRule:
 
     append: bool
     upsert: bool
-    rewrite: bool
+    compact: bool
+    overwrite: bool
     why: str
     test: str
 
@@ -92,7 +96,8 @@ FEATURES: Mapping[str, FeatureRule] = {
     "appendOnly": FeatureRule(
         append=True,
         upsert=False,
-        rewrite=True,
+        compact=True,
+        overwrite=True,
         why="delta.appendOnly = true forbids the MERGE's removes (delta-rs then only fails "
         "its commits)",
         test=_INTEROP + "test_refusals_name_the_feature",
@@ -100,14 +105,16 @@ FEATURES: Mapping[str, FeatureRule] = {
     "invariants": FeatureRule(
         append=False,
         upsert=False,
-        rewrite=True,
+        compact=True,
+        overwrite=True,
         why="columns carry delta.invariants expressions, which no ingest write checks",
         test="tests/sink/test_features.py::test_invariants_are_refused",
     ),
     "notNull": FeatureRule(
         append=False,
         upsert=True,
-        rewrite=True,
+        compact=True,
+        overwrite=True,
         why="appended files are committed without checking NOT NULL columns (a null "
         "would be committed; Spark then reads another value in its place)",
         test=_INTEROP + "test_refusals_name_the_feature",
@@ -115,21 +122,24 @@ FEATURES: Mapping[str, FeatureRule] = {
     "checkConstraints": FeatureRule(
         append=False,
         upsert=True,
-        rewrite=True,
+        compact=True,
+        overwrite=True,
         why="appended files are committed without evaluating CHECK constraints",
         test=_INTEROP + "test_generated_columns_and_check_constraints",
     ),
     "generatedColumns": FeatureRule(
         append=False,
         upsert=True,
-        rewrite=True,
+        compact=True,
+        overwrite=True,
         why="appended files lack the generated columns (Spark would read nulls)",
         test=_INTEROP + "test_generated_columns_and_check_constraints",
     ),
     "columnMapping": FeatureRule(
         append=False,
         upsert=True,
-        rewrite=False,
+        compact=False,
+        overwrite=False,
         why="the Parquet files ingest writes with pyarrow (appends, compaction, an overwrite's "
         "cut) carry logical column names where the table expects physical ones (Spark would "
         "read every such row as nulls)",
@@ -138,36 +148,61 @@ FEATURES: Mapping[str, FeatureRule] = {
     "deletionVectors": FeatureRule(
         append=True,
         upsert=True,
-        rewrite=False,
-        why="compaction and an overwrite's cut read the files' Parquet without their "
-        "deletion vectors and would bring deleted rows back",
+        compact=True,
+        overwrite=False,
+        why="an overwrite's cut removes the files holding the range, and the remove of a file "
+        "with a deletion vector must name that vector (PROTOCOL.md, Deletion Vectors: a "
+        "logical file is its path and its vector's id); delta-rs 1.6's RemoveAction "
+        "(deltalake.transaction) has no deletionVector field, so such a file would stay live "
+        "(upstream limit)",
         test=_INTEROP + "test_deletion_vectors",
     ),
     "changeDataFeed": FeatureRule(
         append=True,
         upsert=True,
-        rewrite=True,
+        compact=True,
+        overwrite=True,
         why="",
         test=_INTEROP + "test_change_data_feed",
+    ),
+    "timestampNtz": FeatureRule(
+        append=True,
+        upsert=True,
+        compact=True,
+        overwrite=True,
+        why="",
+        test=_INTEROP + "test_timestamp_ntz",
+    ),
+    "vacuumProtocolCheck": FeatureRule(
+        append=False,
+        upsert=False,
+        compact=False,
+        overwrite=False,
+        why='delta-rs 1.6 refuses every write to such a table ("Unsupported table features '
+        'required: [VacuumProtocolCheck]"), appends and MERGEs alike (upstream limit)',
+        test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "identityColumns": FeatureRule(
         append=False,
         upsert=False,
-        rewrite=True,
+        compact=True,
+        overwrite=True,
         why="identity values are assigned by the writer; delta-rs and ingest assign none",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "rowTracking": FeatureRule(
         append=False,
         upsert=False,
-        rewrite=False,
+        compact=False,
+        overwrite=False,
         why="row ids and commit versions are not assigned by delta-rs's commits",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "domainMetadata": FeatureRule(
         append=False,
         upsert=False,
-        rewrite=False,
+        compact=False,
+        overwrite=False,
         why="it comes with clustering or row tracking, whose domains delta-rs's commits "
         "do not keep",
         test=_INTEROP + "test_refusals_name_the_feature",
@@ -175,28 +210,32 @@ FEATURES: Mapping[str, FeatureRule] = {
     "clustering": FeatureRule(
         append=False,
         upsert=False,
-        rewrite=False,
+        compact=False,
+        overwrite=False,
         why="liquid clustering's metadata is not kept by delta-rs's commits",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "inCommitTimestamp": FeatureRule(
         append=False,
         upsert=False,
-        rewrite=False,
+        compact=False,
+        overwrite=False,
         why="every commit must carry an in-commit timestamp; delta-rs 1.6 writes none",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "v2Checkpoint": FeatureRule(
         append=False,
         upsert=False,
-        rewrite=False,
+        compact=False,
+        overwrite=False,
         why="delta-rs 1.6 neither reads nor writes v2 checkpoints",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "typeWidening": FeatureRule(
         append=False,
         upsert=False,
-        rewrite=False,
+        compact=False,
+        overwrite=False,
         why="files older than a widening hold the narrower type; not tested with ingest",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
@@ -309,8 +348,9 @@ def check_table(uri: str, table: DeltaTable | None, use: Use) -> None:
         doing = {
             "append": "append to this table",
             "upsert": "upsert into this table",
-            "rewrite": "rewrite this table's files (compaction, replay --overwrite; "
-            "set maintenance.compact = false to run without compaction)",
+            "compact": "compact this table's files (set maintenance.compact = false to run "
+            "without compaction)",
+            "overwrite": "cut a range out of this table (replay --overwrite)",
         }[use]
         raise UnsupportedTableFeature(
             f"{uri}: ingest cannot {doing}: "

@@ -318,7 +318,7 @@ class _Landing:
         # A feature turned on since the run started stops it before this batch writes.
         check_table(self.config.uri, table, "upsert" if self.upserting else "append")
         if self.batch.overwrite:
-            check_table(self.config.uri, table, "rewrite")
+            check_table(self.config.uri, table, "overwrite")
         self.main.check_partitioning(table)
         apps = list(self.apps.values())
         if not self.batch.overwrite:

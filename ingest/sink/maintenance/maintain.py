@@ -206,7 +206,7 @@ def maintain(location: TableLocation, settings: MaintenanceSettings) -> Maintena
     check_txn_retention(location, table)
     compaction = None
     if settings.compact:
-        check_table(location.uri, table, "rewrite")
+        check_table(location.uri, table, "compact")
         compaction = compact(location, target_size=settings.target_file_size, table=table)
         lap("compact")
     table = _set_log_retention(location, load_table(location) or table, settings)

@@ -103,7 +103,7 @@ def _check_uses(
     if writing:
         check_table(uri, table, use)
     if compacting:
-        check_table(uri, table, "rewrite")
+        check_table(uri, table, "compact")
 
 
 def maintain_tables(config: IngestConfig, topics: Iterable[str] = ()) -> list[MaintenanceReport]:
