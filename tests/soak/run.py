@@ -25,6 +25,8 @@ rss_growth=..% fds_growth=..% threads_growth=..% handoff_growth=..% ...``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import signal
 import statistics
@@ -57,6 +59,7 @@ class Sample:
     processes: int
     threads_by_kind: dict[str, int]
     supervisor_threads: dict[str, int]  # the supervisor's threads by name (comm)
+    rss_by_kind: dict[str, int] = field(default_factory=dict)  # bytes
 
 
 @dataclass
@@ -128,6 +131,7 @@ def _status(pid: int) -> dict[str, str]:
 def sample_tree(root: int, handoff: Path, started: float) -> Sample:
     rss = fds = threads = processes = 0
     by_kind: dict[str, int] = {}
+    rss_by_kind: dict[str, int] = {}
     for info in process_tree(root):
         try:
             status = _status(info.pid)
@@ -141,6 +145,9 @@ def sample_tree(root: int, handoff: Path, started: float) -> Sample:
         processes += 1
         kind = "supervisor" if info.pid == root else info.kind
         by_kind[kind] = by_kind.get(kind, 0) + count
+        rss_by_kind[kind] = (
+            rss_by_kind.get(kind, 0) + int(status.get("VmRSS", "0 kB").split()[0]) * 1024
+        )
     size = 0
     for path in handoff.rglob("*"):
         try:
@@ -149,7 +156,15 @@ def sample_tree(root: int, handoff: Path, started: float) -> Sample:
         except OSError:  # published or released meanwhile
             continue
     return Sample(
-        time.monotonic() - started, rss, fds, threads, size, processes, by_kind, _names(root)
+        time.monotonic() - started,
+        rss,
+        fds,
+        threads,
+        size,
+        processes,
+        by_kind,
+        _names(root),
+        rss_by_kind,
     )
 
 
@@ -365,12 +380,23 @@ def main(argv: list[str] | None = None) -> int:
             before = statistics.median(s.threads_by_kind.get(kind, 0) for s in first)
             after = statistics.median(s.threads_by_kind.get(kind, 0) for s in last)
             print(f"threads of {kind}: {before:g} -> {after:g}")
+        for kind in sorted({k for s in first + last for k in s.rss_by_kind}):
+            before = statistics.median(s.rss_by_kind.get(kind, 0) for s in first) / 2**20
+            after = statistics.median(s.rss_by_kind.get(kind, 0) for s in last) / 2**20
+            print(f"rss of {kind}: {before:.0f} -> {after:.0f} MiB")
+        before = statistics.median(s.handoff for s in first) / 2**20
+        after = statistics.median(s.handoff for s in last) / 2**20
+        print(f"handoff: {before:.1f} -> {after:.1f} MiB")
         names = sorted({n for s in (first[0], last[-1]) for n in s.supervisor_threads})
         for name in names:
             before_n = first[0].supervisor_threads.get(name, 0)
             after_n = last[-1].supervisor_threads.get(name, 0)
             if before_n != after_n:
                 print(f"supervisor threads named {name!r}: {before_n} -> {after_n}")
+    with open(work / "samples.jsonl", "w") as out:
+        for sample in result.samples:
+            out.write(json.dumps(dataclasses.asdict(sample)) + "\n")
+    print(f"samples: {work / 'samples.jsonl'}")
     for problem in result.problems:
         print(f"problem: {problem}")
     print(result.line(args.warm_up), flush=True)
