@@ -18,7 +18,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -35,7 +35,9 @@ from ingest.sink.storage import TableLocation
 __all__ = [
     "FOOTER_KEY",
     "DataFile",
+    "DataFileWriter",
     "Source",
+    "StatsFold",
     "delta_stats",
     "read_data_file_footer",
     "sources_of",
@@ -119,7 +121,9 @@ def _iso_millis(micros: int, *, round_up: bool) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def _min_max(column: pa.ChunkedArray) -> tuple[Any, Any] | None:
+def _extremes(column: pa.ChunkedArray) -> tuple[Any, Any] | None:
+    """A column's min and max as comparable Python values (integers; dates; a timestamp's
+    raw count in its unit), or None where the statistics keep none."""
     kind = column.type
     if not (pa.types.is_integer(kind) or pa.types.is_date32(kind) or pa.types.is_timestamp(kind)):
         return None
@@ -127,46 +131,77 @@ def _min_max(column: pa.ChunkedArray) -> tuple[Any, Any] | None:
         return None
     extremes = pc.min_max(column)
     low, high = extremes["min"], extremes["max"]
+    if pa.types.is_timestamp(kind):
+        return low.cast(pa.int64()).as_py(), high.cast(pa.int64()).as_py()
+    return low.as_py(), high.as_py()
+
+
+def _formatted(kind: pa.DataType, low: Any, high: Any) -> tuple[Any, Any]:
+    """``_extremes``'s values as Delta's statistics spell them."""
     if pa.types.is_integer(kind):
-        return low.as_py(), high.as_py()
+        return low, high
     if pa.types.is_date32(kind):
-        return low.as_py().isoformat(), high.as_py().isoformat()
+        return low.isoformat(), high.isoformat()
     to_micros = {"s": 1_000_000, "ms": 1000, "us": 1, "ns": 0}[kind.unit]
-    low_raw = low.cast(pa.int64()).as_py()
-    high_raw = high.cast(pa.int64()).as_py()
     if to_micros == 0:  # ns: keep the bounds conservative
-        return _iso_millis(low_raw // 1000, round_up=False), _iso_millis(
-            -(-high_raw // 1000), round_up=True
+        return _iso_millis(low // 1000, round_up=False), _iso_millis(
+            -(-high // 1000), round_up=True
         )
     return (
-        _iso_millis(low_raw * to_micros, round_up=False),
-        _iso_millis(high_raw * to_micros, round_up=True),
+        _iso_millis(low * to_micros, round_up=False),
+        _iso_millis(high * to_micros, round_up=True),
     )
+
+
+class StatsFold:
+    """Delta statistics of one file, folded over its tables one at a time (all of one
+    schema): row count, and per top-level column null counts and min/max where they are
+    exact and cheap (integers, dates; timestamps widened to whole milliseconds). Strings,
+    binaries, floats and nested columns get none."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self._kinds: dict[str, pa.DataType] = {}
+        self._nulls: dict[str, int] = {}
+        self._bounds: dict[str, tuple[Any, Any]] = {}
+
+    def add(self, table: pa.Table) -> None:
+        self.rows += table.num_rows
+        for name, column in zip(table.column_names, table.columns, strict=True):
+            kind = column.type
+            if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_floating(kind):
+                continue
+            self._kinds[name] = kind
+            self._nulls[name] = self._nulls.get(name, 0) + column.null_count
+            extremes = _extremes(column)
+            if extremes is None:
+                continue
+            low, high = extremes
+            if name in self._bounds:
+                known_low, known_high = self._bounds[name]
+                low, high = min(low, known_low), max(high, known_high)
+            self._bounds[name] = (low, high)
+
+    def json(self) -> str:
+        minimum: dict[str, Any] = {}
+        maximum: dict[str, Any] = {}
+        for name, (low, high) in self._bounds.items():
+            minimum[name], maximum[name] = _formatted(self._kinds[name], low, high)
+        return json.dumps(
+            {
+                "numRecords": self.rows,
+                "minValues": minimum,
+                "maxValues": maximum,
+                "nullCount": self._nulls,
+            }
+        )
 
 
 def delta_stats(table: pa.Table) -> str:
-    """Delta statistics JSON: row count, and per top-level column null counts and
-    min/max where they are exact and cheap (integers, dates; timestamps widened to
-    whole milliseconds). Strings, binaries, floats and nested columns get none."""
-    minimum: dict[str, Any] = {}
-    maximum: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        kind = column.type
-        if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_floating(kind):
-            continue
-        nulls[name] = column.null_count
-        extremes = _min_max(column)
-        if extremes is not None:
-            minimum[name], maximum[name] = extremes
-    return json.dumps(
-        {
-            "numRecords": table.num_rows,
-            "minValues": minimum,
-            "maxValues": maximum,
-            "nullCount": nulls,
-        }
-    )
+    """Delta statistics JSON of ``table`` (``StatsFold``)."""
+    fold = StatsFold()
+    fold.add(table)
+    return fold.json()
 
 
 def sources_of(table: pa.Table) -> tuple[Source, ...]:
@@ -250,14 +285,109 @@ def _split_by_partition(
 _NO_DICTIONARY = frozenset({"offset", "timestamp", "value"})
 
 
-def write_parquet(table: pa.Table, stream: Any) -> None:
+def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """The one Parquet layout of ingest's data files."""
     dictionary = [
-        f.name
-        for f in table.schema
-        if f.name not in _NO_DICTIONARY and not pa.types.is_nested(f.type)
+        f.name for f in schema if f.name not in _NO_DICTIONARY and not pa.types.is_nested(f.type)
     ]
-    pq.write_table(table, stream, compression="snappy", use_dictionary=dictionary)
+    return {"compression": "snappy", "use_dictionary": dictionary}
+
+
+def write_parquet(table: pa.Table, stream: Any) -> None:
+    """``table`` as one Parquet file in ingest's layout."""
+    pq.write_table(table, stream, **_parquet_options(table.schema))
+
+
+# A streamed file's row group: rows are buffered up to this much Arrow memory (or
+# ROW_GROUP_ROWS rows, pyarrow's default), then written.
+ROW_GROUP_BYTES = 64 * 1024**2
+ROW_GROUP_ROWS = 1024**2
+
+
+class DataFileWriter:
+    """One data file written a table at a time, in ingest's layout: what compaction
+    writes a bin of files with, holding one row group in memory, not the whole file.
+    ``close(sources)`` writes the footer's description (its statistics folded over
+    every table) and returns the ``DataFile``; ``abort()`` deletes what was written."""
+
+    def __init__(
+        self,
+        location: TableLocation,
+        relative: str,
+        schema: pa.Schema,
+        *,
+        partition_values: tuple[tuple[str, str | None], ...],
+        opened: tuple[pafs.FileSystem, str] | None = None,
+    ) -> None:
+        self.location = location
+        self.relative = relative
+        self.schema = schema.remove_metadata()
+        self.partition_values = partition_values
+        self._filesystem, root = opened or location.filesystem()
+        self._path = f"{root}/{relative}"
+        self._stats = StatsFold()
+        self._buffered: list[pa.Table] = []
+        self._buffered_bytes = 0
+        try:
+            if location.local:
+                self._filesystem.create_dir(self._path.rpartition("/")[0], recursive=True)
+            self._stream = self._filesystem.open_output_stream(self._path)
+            self._writer = pq.ParquetWriter(
+                self._stream, self.schema, **_parquet_options(self.schema)
+            )
+        except OSError as exc:
+            raise SinkError(f"{location.uri}: cannot write {relative}: {exc}") from exc
+
+    def write(self, table: pa.Table) -> None:
+        """Adds ``table``'s rows (of the writer's schema) after those written before."""
+        self._stats.add(table)
+        self._buffered.append(table)
+        self._buffered_bytes += table.nbytes
+        rows = sum(t.num_rows for t in self._buffered)
+        if self._buffered_bytes >= ROW_GROUP_BYTES or rows >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffered:
+            return
+        group = pa.concat_tables(self._buffered)
+        self._buffered, self._buffered_bytes = [], 0
+        try:
+            self._writer.write_table(group, row_group_size=max(group.num_rows, 1))
+        except OSError as exc:
+            raise SinkError(f"{self.location.uri}: cannot write {self.relative}: {exc}") from exc
+
+    def close(self, sources: tuple[Source, ...]) -> DataFile:
+        """Finishes the file; ``sources``: the Kafka offsets its rows hold."""
+        stats = self._stats.json()
+        description = DataFile(
+            path=self.relative,
+            size=0,
+            partition_values=self.partition_values,
+            rows=self._stats.rows,
+            stats=stats,
+            sources=sources,
+            modification_time=0,
+        )
+        try:
+            self._flush()
+            self._writer.add_key_value_metadata({FOOTER_KEY: description.to_json().encode()})
+            self._writer.close()
+            self._stream.close()
+            size = self._filesystem.get_file_info(self._path).size
+        except OSError as exc:
+            raise SinkError(f"{self.location.uri}: cannot write {self.relative}: {exc}") from exc
+        return replace(description, size=int(size), modification_time=int(time.time() * 1000))
+
+    def abort(self) -> None:
+        """Drops the file (after an error, or when its commit will not happen)."""
+        self._buffered = []
+        try:
+            self._writer.close()
+            self._stream.close()
+        except (OSError, ValueError):
+            pass
+        self.location.delete([self.relative])
 
 
 def write_data_files(

@@ -46,7 +46,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from ingest.errors import SinkError
 from ingest.protocol.partition import Partition
-from ingest.sink.files import FOOTER_KEY, DataFile, Source, sources_of, write_data_file
+from ingest.sink.files import FOOTER_KEY, DataFile, DataFileWriter, Source, sources_of
 from ingest.sink.maintenance.rewrite import partition_text
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import guard_transaction
@@ -176,21 +176,13 @@ def compact(
     read = rows = 0
     try:
         for members in bins:
-            data, sources = _read_bin(opened, members)
-            read += sum(m.size for m in members)
-            rows += data.num_rows
             directory, _, _ = members[0].path.rpartition("/")
             name = f"compact-{uuid.uuid4().hex}.parquet"
             written.append(
-                write_data_file(
-                    location,
-                    f"{directory}/{name}" if directory else name,
-                    data,
-                    partition_values=members[0].partition_values,
-                    sources=sources,
-                    opened=opened,
-                )
+                _write_bin(location, opened, members, f"{directory}/{name}" if directory else name)
             )
+            read += sum(m.size for m in members)
+            rows += written[-1].rows
             removes.extend(
                 RemoveAction(
                     m.path,
@@ -224,6 +216,9 @@ def compact(
     except BaseException:
         location.delete(f.path for f in written)
         raise
+    finally:
+        # What the pass allocated goes back to the system (mimalloc keeps freed pages).
+        pa.default_memory_pool().release_unused()
     version = _version_of(location, token)
     log.info(
         "%s: compacted %d files into %d (%d rows) at version %s",
@@ -236,24 +231,74 @@ def compact(
     return Compaction(version, len(removes), len(written), rows, read)
 
 
-def _read_bin(
-    opened: tuple[Any, str], members: Sequence[_Entry]
-) -> tuple[pa.Table, tuple[Source, ...]]:
-    """The rows of a bin's files, in order, and which Kafka offsets they hold."""
+def _write_bin(
+    location: TableLocation, opened: tuple[Any, str], members: Sequence[_Entry], relative: str
+) -> DataFile:
+    """A bin's files written as the one file ``relative``, their rows in order, one input
+    row group at a time (memory: a row group of each side, whatever the bin's size)."""
     filesystem, root = opened
-    parts: list[pa.Table] = []
-    described: list[tuple[Source, ...] | None] = []
+    schema = _bin_schema(opened, members)
+    writer = DataFileWriter(
+        location, relative, schema, partition_values=members[0].partition_values, opened=opened
+    )
+    try:
+        described: list[tuple[Source, ...] | None] = []
+        found: list[Source] = []
+        complete = True  # every row's offsets are in its own columns
+        for member in members:
+            with filesystem.open_input_file(f"{root}/{member.path}") as handle:
+                parquet = pq.ParquetFile(handle)
+                raw = (parquet.metadata.metadata or {}).get(FOOTER_KEY)
+                described.append(None if raw is None else DataFile.from_json(raw).sources)
+                for group in range(parquet.num_row_groups):
+                    part = _aligned(parquet.read_row_group(group), schema)
+                    sources = sources_of(part)
+                    complete = complete and (bool(sources) or part.num_rows == 0)
+                    found.extend(sources)
+                    writer.write(part)
+        if complete and found:
+            merged = _merged(found)
+        elif all(d for d in described):
+            merged = _merged([s for d in described if d for s in d])
+        else:
+            merged = ()
+        return writer.close(merged)
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _bin_schema(opened: tuple[Any, str], members: Sequence[_Entry]) -> pa.Schema:
+    """The schema of a bin's files together, from their footers: view types made plain
+    (delta-rs 1.6's DELETE writes ``string_view``; the Parquet types are the same), a
+    column some file lacks nullable (its rows there are null)."""
+    filesystem, root = opened
+    schemas = []
     for member in members:
         with filesystem.open_input_file(f"{root}/{member.path}") as handle:
-            part = pq.read_table(handle)
-        raw = (part.schema.metadata or {}).get(FOOTER_KEY)
-        described.append(None if raw is None else DataFile.from_json(raw).sources)
-        parts.append(_without_views(part.replace_schema_metadata(None)))
-    data = pa.concat_tables(parts, promote_options="default")
-    sources = sources_of(data)
-    if not sources and all(d for d in described):
-        sources = _merged([s for d in described if d for s in d])
-    return data, sources
+            found = pq.read_schema(handle).remove_metadata()
+        schemas.append(pa.schema([f.with_type(_plain(f.type)) for f in found]))
+    try:
+        unified = pa.unify_schemas(schemas, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SinkError(
+            f"cannot compact {members[0].path} with {len(members) - 1} more files: their "
+            f"schemas do not agree: {exc}"
+        ) from exc
+    everywhere = set.intersection(*(set(s.names) for s in schemas))
+    return pa.schema([f if f.name in everywhere else f.with_nullable(True) for f in unified])
+
+
+def _aligned(part: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``part``'s columns in ``schema``'s order and types; a column it lacks, nulls."""
+    columns = []
+    for field in schema:
+        if field.name not in part.column_names:
+            columns.append(pa.nulls(part.num_rows, field.type))
+            continue
+        column = part.column(field.name)
+        columns.append(column if column.type == field.type else column.cast(field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:
@@ -275,14 +320,6 @@ def _plain(kind: pa.DataType) -> pa.DataType:
             kind.item_field.with_type(_plain(kind.item_field.type)),
         )
     return kind
-
-
-def _without_views(part: pa.Table) -> pa.Table:
-    """A file another writer wrote may say view types in its Arrow schema (delta-rs 1.6's
-    DELETE writes ``string_view``), which ``concat_tables`` cannot merge with
-    plain ones: cast to the plain types (the same Parquet types)."""
-    schema = pa.schema([f.with_type(_plain(f.type)) for f in part.schema])
-    return part if schema == part.schema else part.cast(schema)
 
 
 def _merged(sources: Sequence[Source]) -> tuple[Source, ...]:
