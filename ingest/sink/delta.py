@@ -65,6 +65,7 @@ from ingest.sink.txn import (
     newer_txns,
     or_minus_one,
 )
+from ingest.sink.txnlog import SNAPSHOTS
 
 __all__ = [
     "CommitOutcome",
@@ -124,6 +125,7 @@ class DeltaTarget:
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
+        self._table: DeltaTable | None = None  # the snapshot ``load`` keeps up to date
 
     def __repr__(self) -> str:
         return f"DeltaTarget({self.location.uri!r})"
@@ -135,12 +137,32 @@ class DeltaTarget:
     # -- reading -----------------------------------------------------------------------
 
     def load(self) -> DeltaTable | None:
+        """The table's latest snapshot (None: no table yet). The target keeps it and brings
+        it up to date at each load by reading only the commits made since; its first load
+        takes the one an earlier target of the table gave back (``release``), if any."""
+        if self._table is None:
+            self._table = SNAPSHOTS.take(self.location)
+        if self._table is not None:
+            try:
+                self._table.update_incremental()
+                return self._table
+            except DeltaError as exc:
+                log.info("%s: reloading the table: %s", self.uri, exc)
+                self._table = None
         try:
-            return DeltaTable(self.uri, storage_options=self.location.delta_options())
+            self._table = DeltaTable(self.uri, storage_options=self.location.delta_options())
         except TableNotFoundError:
             return None
         except DeltaError as exc:
             raise SinkError(f"{self.uri}: cannot load the table: {exc}") from exc
+        return self._table
+
+    def release(self) -> None:
+        """Gives the snapshot this target holds to the table's next target (after a
+        landing that went through; one that failed drops it)."""
+        if self._table is not None:
+            SNAPSHOTS.give(self.location, self._table)
+            self._table = None
 
     @staticmethod
     def versions_in(table: DeltaTable | None, app_ids: Sequence[str]) -> dict[str, int | None]:
@@ -149,7 +171,10 @@ class DeltaTarget:
         return {app: table.transaction_version(app) for app in app_ids}
 
     def versions(self, app_ids: Sequence[str]) -> dict[str, int | None]:
-        return self.versions_in(self.load(), app_ids)
+        try:
+            return self.versions_in(self.load(), app_ids)
+        finally:
+            self.release()
 
     def check_partitioning(self, table: DeltaTable | None) -> None:
         if table is None:
@@ -411,9 +436,10 @@ class DeltaTarget:
         """The version of the commit that carries ``token``."""
         table = self.load()
         assert table is not None
-        for entry in table.history(limit=50):
-            if entry.get(COMMIT_TOKEN_KEY) == token:
-                return int(entry["version"])
+        for limit in (3, 50):  # ours is the latest commit, mostly
+            for entry in table.history(limit=limit):
+                if entry.get(COMMIT_TOKEN_KEY) == token:
+                    return int(entry["version"])
         raise SinkError(f"{self.uri}: committed, but the commit is not in the last 50 versions")
 
     def _check_files(self, files: Sequence[DataFile]) -> None:

@@ -220,11 +220,14 @@ def landing(batch: Batch) -> Landing:
     """Lands ``batch`` in its table, its files written by whoever drives it (see the
     module docstring); a stale batch is redone from its segments."""
     for attempt in range(1, _STALE_ATTEMPTS + 1):
+        landing = _Landing(batch)
         try:
-            result = yield from _Landing(batch).run()
+            result = yield from landing.run()
         except StaleBatchError as exc:
             log.info("%s: redoing the batch: %s", batch.table.uri, exc)
             continue
+        landing.main.release()  # the next batch's load starts from these snapshots
+        landing.dead.release()
         return dataclasses.replace(result, attempts=attempt)
     raise SinkError(f"{batch.table.uri}: the batch went stale {_STALE_ATTEMPTS} times in a row")
 

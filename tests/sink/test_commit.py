@@ -7,6 +7,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -298,3 +299,45 @@ def test_a_created_table_is_checkpointed_every_10_versions_by_its_commits(
     assert DeltaTarget(other, properties={"delta.checkpointInterval": "50"}).properties == {
         "delta.checkpointInterval": "50"
     }
+
+
+def test_a_landing_hands_its_snapshot_to_the_next_unless_the_table_was_made_again(
+    tmp_path: Path,
+) -> None:
+    """The next target of a table takes the snapshot the last one released and reads only
+    the commits made since (another writer's too); a table deleted and created again at
+    the same URI is loaded afresh, never read as the old one's continuation."""
+    location = TableLocation.of(str(tmp_path / "t"))
+    first = DeltaTarget(location)
+    rows = _rows(0, 0, 10)
+    _commit(first, write_data_files(rows, location, name="a"), {"a": 9}, rows.schema)
+    held = first.load()
+    other = DeltaTarget(location)  # another writer, with a snapshot of its own
+    _commit(other, write_data_files(_rows(1, 0, 5), location, name="b"), {"b": 4}, rows.schema)
+    first.release()
+    second = DeltaTarget(location)
+    table = second.load()
+    assert table is held and table is not None
+    assert table.version() == DeltaTable(location.uri).version()
+    assert table.to_pyarrow_table().num_rows == 15
+    assert second.versions(["a", "b"]) == {"a": 9, "b": 4}
+    # The table is dropped and made again, with one commit more than the kept snapshot's
+    # version (whose commit file is now another): a continuation would be read wrongly.
+    second.release()
+    shutil.rmtree(tmp_path / "t")
+    again = DeltaTarget(location)
+    for number in range(4):
+        part = _rows(2, number * 3, 3)
+        files = write_data_files(part, location, name=f"c{number}")
+        again.commit_files(
+            files,
+            {"c": number * 3 + 2},
+            part.schema,
+            planned={"c": None if number == 0 else number * 3 - 1},
+            app_id_of=lambda t, p: "c",
+        )
+    again.release()
+    fresh = DeltaTarget(location).load()
+    assert fresh is not None and fresh is not held
+    assert fresh.to_pyarrow_table().num_rows == 12
+    assert DeltaTarget(location).versions(["a", "b", "c"]) == {"a": None, "b": None, "c": 11}
