@@ -99,9 +99,10 @@ class CommitOutcome:
 
 
 # What a table ingest creates gets unless [table] properties say otherwise. A checkpoint
-# every 10 versions, as Delta Spark's default (delta-rs's is 100): each batch loads the table
-# from its last checkpoint, and every commit file after it is one more read, on a thread of
-# delta-rs's pool (a continuous run at 100 commit files past a checkpoint held ~100 threads).
+# every 10 versions, as Delta Spark's default (delta-rs's is 100): a first load reads the
+# last checkpoint, and every commit file after it is one more read, on a thread of delta-rs's
+# pool (a continuous run at 100 commit files past a checkpoint held ~100 threads). Later
+# batches read only the commits since (``txnlog.Snapshots``).
 CREATED_TABLE_PROPERTIES = {"delta.checkpointInterval": "10"}
 
 

@@ -4,8 +4,9 @@
 ``target_size``, groups them by partition values, packs each group's files (oldest
 first, so row order is kept) into bins of at most ``target_size`` input bytes, and
 writes each bin of two or more files as one Parquet file in ingest's layout
-(``files.write_data_file``: its statistics, and its footer saying which Kafka
-partitions and offsets it holds, several per file now). ONE commit then removes
+(``files.DataFileWriter``: its statistics, and its footer saying which Kafka
+partitions and offsets it holds, several per file now). A bin is streamed, one input
+row group at a time, so a pass holds about a row group of rows whatever the target size. ONE commit then removes
 the inputs and adds the outputs, every action ``dataChange=false`` (a streaming
 reader skips it), with the rewrite guard's txn (``txn.guard_transaction``).
 
