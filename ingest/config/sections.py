@@ -154,6 +154,10 @@ class TableSection:
     "dead_letter" it, or "keep" it as a row (append's default). Unset: the mode's default."""
     partition_by: list[Str] = Field(default_factory=list)
     """The table's partition columns."""
+    date_column: Str | None = None
+    """A DATE column of this name holding each record's Kafka timestamp's UTC day, e.g. "day",
+    to partition by (partition_by = ["day"]): Delta Spark's DELETE, UPDATE and MERGE of a past
+    day then never conflict with ingest's appends (docs/delta-compat.md)."""
     properties: dict[Str, Str] = Field(default_factory=dict)
     """Delta table properties of a table ingest creates, e.g. { "delta.logRetentionDuration" =
     "interval 30 days" }, beside delta.checkpointInterval = 10 unless set here; a table that

@@ -237,6 +237,7 @@ def table_config(
         transform=table.transform,
         transform_tables=dict(table.transform_tables),
         partition_by=tuple(table.partition_by),
+        date_column=table.date_column,
         properties=dict(table.properties),
         dead_letter_uri=config.dead_letter_uri(),
     )

@@ -7,11 +7,13 @@ a task process that dies fails one batch, which lands on a new pool.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from ingest.config import SparkSection
 from ingest.engines.landing import choose_engine
@@ -160,3 +162,51 @@ def test_a_dead_task_process_fails_one_batch_and_a_new_pool_lands_it(
     ).raise_if_not_exact()
     text = metrics.render()
     assert 'ingest_batches_total{outcome="failed"} 1' in text, text
+
+
+def test_a_date_column_partitions_the_table_by_each_records_utc_day(
+    broker: KafkaCluster, tmp_path: Path
+) -> None:
+    """``table.date_column = "day"`` with ``partition_by = ["day"]``: every row's day is its
+    Kafka timestamp's UTC date, and the table is partitioned by it, as docs/delta-compat.md
+    advises beside Spark DML."""
+    topic, group = unique_name("t-day"), unique_name("g-day")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    base = int(dt.datetime(2026, 1, 1, 22, 0, tzinfo=dt.UTC).timestamp() * 1000)
+    stamps = [base + n * 15 * 60_000 for n in range(12)]  # 22:00 on the 1st to 00:45 on the 2nd
+    produce(
+        broker.bootstrap,
+        topic,
+        [
+            ProducedRecord(
+                b'{"id": %d, "name": "n", "at": null}' % n, partition=n % 2, timestamp_ms=stamp
+            )
+            for n, stamp in enumerate(stamps)
+        ],
+    )
+    path = write_config(
+        tmp_path / "day.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=group,
+        table=tmp_path / "table",
+        sections={
+            "table": {
+                "uri": str(tmp_path / "table"),
+                "date_column": "day",
+                "partition_by": ["day"],
+            },
+            "table.value": {"format": "json", "schema": JSON},
+        },
+    )
+    outcome = group_run(config(path), until_end=True).run()
+    assert outcome.exit_code == 0, outcome.message
+    table = DeltaTable(str(tmp_path / "table"))
+    assert table.metadata().partition_columns == ["day"]
+    rows = table.to_pyarrow_table(columns=["id", "timestamp", "day"]).sort_by("id").to_pylist()
+    assert [r["id"] for r in rows] == list(range(12))
+    for row, stamp in zip(rows, stamps, strict=True):
+        assert row["day"] == dt.datetime.fromtimestamp(stamp / 1000, dt.UTC).date(), row
+    assert [r["day"] for r in rows] == [dt.date(2026, 1, 1)] * 8 + [dt.date(2026, 1, 2)] * 4
+    paths = {Path(uri).parent.name for uri in table.file_uris()}
+    assert paths == {"day=2026-01-01", "day=2026-01-02"}
