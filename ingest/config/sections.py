@@ -241,7 +241,8 @@ class MaintenanceSection:
     compact: Bool = True
     """Compact small files."""
     target_file_size: Size = Field(default=Size(128 * 1024**2), ge=Size(1024**2))
-    """Files below this are compacted, into files of about this size (at least 1MiB)."""
+    """Files below half of this are compacted, into files of up to about this size (at least
+    1MiB)."""
     checkpoint_every: Int = Field(default=10, ge=1)
     """A checkpoint once the table moved this many versions past its last one (Delta's 10)."""
     log_retention: Duration = Duration(30 * 86400)

@@ -9,6 +9,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -320,3 +321,38 @@ def test_a_bin_whose_older_files_lack_a_column_is_compacted_with_nulls(tmp_path:
         "min.offset": 0,
         "max.offset": 99,
     }
+
+
+def test_a_file_of_half_the_target_or_more_is_not_compacted_again(tmp_path: Path) -> None:
+    """A pass's output of half the target or more stays, even beside small files that sort
+    before it (those that landed while the pass ran): in a 60-minute soak every pass rewrote
+    every earlier output with them, 12M rows more each time (12M, 24M, 36M, 48M)."""
+    target = DeltaTarget(TableLocation.of(str(tmp_path / "t")))
+    apps = {0: app_id(target.uri, "g", "again", 0)}
+    noise = np.random.default_rng(7)
+
+    def land(start: int, count: int) -> None:
+        rows = committer.rows(0, start, count)
+        values = [noise.bytes(1000) for _ in range(count)]  # incompressible: sizes add up
+        rows = rows.set_column(4, "value", pa.array(values, pa.binary()))
+        files = write_data_files(rows, target.location, name=f"b{start}")
+        target.commit_files(
+            files,
+            {apps[0]: start + count - 1},
+            rows.schema,
+            planned=target.versions([apps[0]]),
+            app_id_of=lambda t, p: apps[0],
+        )
+
+    for start in range(0, 600, 100):  # six files of ~100 KB
+        land(start, 100)
+    first = compact(target.location, target_size=MiB)
+    assert (first.files_removed, first.files_added) == (6, 1)
+    (big,) = DeltaTable(target.uri).file_uris()
+    for start in range(600, 800, 50):  # four of ~50 KB: with the big one, under the target
+        land(start, 50)
+    second = compact(target.location, target_size=MiB)
+    assert (second.files_removed, second.files_added) == (4, 1)
+    after = DeltaTable(target.uri)
+    assert big in after.file_uris()
+    assert offsets(after, 0) == list(range(800))

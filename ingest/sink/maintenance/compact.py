@@ -1,7 +1,9 @@
 """Compaction: a table's small data files rewritten as fewer, bigger ones, the data unchanged.
 
-``compact(location, target_size=...)`` takes the live files smaller than
-``target_size``, groups them by partition values, packs each group's files (oldest
+``compact(location, target_size=...)`` takes the live files smaller than half of
+``target_size`` (a bigger one is done: with a file of its size it would pass the target,
+and merged with small ones it would be rewritten at every pass, as the small files that
+land while a pass runs are older than its output), groups them by partition values, packs each group's files (oldest
 first, so row order is kept) into bins of at most ``target_size`` input bytes, and
 writes each bin of two or more files as one Parquet file in ingest's layout
 (``files.DataFileWriter``: its statistics, and its footer saying which Kafka
@@ -83,11 +85,11 @@ class _Entry:
 
 
 def plan_bins(entries: Sequence[_Entry], target_size: int) -> list[list[_Entry]]:
-    """Files smaller than ``target_size``, by partition values, packed oldest first into
-    bins of at most ``target_size`` bytes; only bins of two files or more."""
+    """Files smaller than half of ``target_size``, by partition values, packed oldest
+    first into bins of at most ``target_size`` bytes; only bins of two files or more."""
     groups: dict[tuple[tuple[str, str | None], ...], list[_Entry]] = {}
     for entry in entries:
-        if entry.size < target_size:
+        if entry.size < target_size // 2:
             groups.setdefault(entry.partition_values, []).append(entry)
     bins: list[list[_Entry]] = []
     for values in sorted(groups, key=lambda key: [(v is None, v or "") for _, v in key]):
