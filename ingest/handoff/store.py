@@ -412,6 +412,23 @@ class HandoffStore:
         )
 
 
+    def drop_unsealed(self, topic: str, partition: int) -> list[str]:
+        """Deletes the partition's segments left half-written (local namespaces only: an
+        object-store upload never completed is invisible), as a worker killed mid-segment
+        leaves them; called while the partition has no worker. Returns their paths."""
+        if self._fs is not None:
+            return []
+        directory = f"{self.namespace}/{topic}/{partition}"
+        dropped = []
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(directory):
+                if name.startswith(".") and name.endswith(TMP_SUFFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f"{directory}/{name}")
+                    dropped.append(f"{directory}/{name}")
+        return dropped
+
+
 def _item_name(name: str) -> str | None:
     if name.startswith((".", "_")):
         return None

@@ -146,6 +146,11 @@ class WorkerPool:
         handle.close(timeout=0.5)
         if state.stopping or state.finished or state.failed or self._engine_stopping():
             return
+        # Its open segment cannot be sealed now: the next worker starts after the last
+        # sealed one (a run with a kill every 2 minutes kept ~140 KB per kill until its end).
+        mine = (state.partition.topic, state.partition.partition)
+        if not any((h.settings.topic, h.settings.partition) == mine for h in self.retiring):
+            self.store.drop_unsealed(state.partition.topic, state.partition.partition)
         offset = state.resume_offset if state.resume_offset is not None else -1
         crashes = state.crashes.get(offset, 0) + 1
         state.crashes[offset] = crashes
