@@ -411,7 +411,6 @@ class HandoffStore:
             if name.startswith(".") and name.endswith(TMP_SUFFIX)
         )
 
-
     def drop_unsealed(self, topic: str, partition: int) -> list[str]:
         """Deletes the partition's segments left half-written (local namespaces only: an
         object-store upload never completed is invisible), as a worker killed mid-segment
