@@ -1,7 +1,9 @@
 """Fault points: the few moments of a run only the process itself can hit reliably.
 
 ``fault_point(name)`` is called at ``before_delta_commit`` (the batch's files are
-written, the table commit is next), ``after_overwrite_cut`` (an overwrite's cut files
+written, the table commit is next), ``after_snapshot_load`` (one attempt of a table commit has
+loaded the table and filtered its files by the txn versions there; a commit of another
+writer that lands meanwhile makes the attempt lose its race), ``after_overwrite_cut`` (an overwrite's cut files
 are rewritten without the replaced rows, its commit is next), ``after_delta_commit`` (the batch is durable in
 Delta, its offsets are not committed yet), ``between_table_commits`` (a batch over
 several ``{topic}`` tables: one table committed, the next not yet), ``after_offset_commit`` (committed,
@@ -26,6 +28,7 @@ __all__ = ["FAULT_POINTS", "FAULT_POINT_ENV", "fault_point", "fault_point_env"]
 FAULT_POINT_ENV = "INGEST_FAULT_POINT"
 FAULT_POINTS = (
     "before_delta_commit",
+    "after_snapshot_load",
     "after_overwrite_cut",
     "after_delta_commit",
     "between_table_commits",

@@ -240,6 +240,7 @@ class DeltaTarget:
                 self.check_partitioning(table)
                 current = self.versions_in(table, list(txns))
                 pending, lost = self._refilter(pending, planned, current, app_id_of, attempt)
+                fault_point("after_snapshot_load")
                 dropped += lost
                 wanted = newer_txns(txns, current)
                 if not pending and not wanted:

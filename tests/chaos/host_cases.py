@@ -260,6 +260,9 @@ def two_hosts_share(site: HostSite, work: Path, seed: int) -> Outcome:
             outcome.problems.append(f"the table held {row_count(setup.table)} of {setup.produced}")
         shares = {"A": assignment(a), "B": assignment(b)}
         outcome.notes.append(f"A owns {shares['A']}, B owns {shares['B']}")
+        # A host logs batch_committed after its commit is in the table: counted only once
+        # both have stopped (read at once, B's last and only batch was not yet logged).
+        pair.stop(outcome)
         for label, run in (("A", a), ("B", b)):
             rows = sum(
                 int(n) for n in re.findall(r"event=batch_committed .*?rows=(\d+)", run.text())
@@ -267,7 +270,6 @@ def two_hosts_share(site: HostSite, work: Path, seed: int) -> Outcome:
             outcome.notes.append(f"{label} landed {rows} rows")
             if rows == 0 or not shares[label]:
                 outcome.problems.append(f"host {label} landed nothing or owns nothing")
-        pair.stop(outcome)
     finally:
         pair.kill()
     outcome.verdict = verdict_on(site, setup, complete=True)
