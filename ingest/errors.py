@@ -34,13 +34,14 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   └── HandoffSpaceExhausted    full for handoff.full_timeout with nothing of ours left
     │                                to free (store.py)
     ├── SinkError                    Delta / Spark sink failures
-    │   ├── StaleBatchError          a concurrent writer covered offsets of the batch: redo it
-    │   │                            from its segments (ingest/sink/delta.py)
+    │   ├── StaleBatchError          a concurrent writer covered offsets of the batch, or the
+    │   │                            table's column mapping changed: redo it from its segments
+    │   │                            (ingest/sink/maintenance/rewrite.py)
     │   ├── LocalTaskError           a local-engine task process died: the batch is retried
     │   │                            on a new pool (ingest/engines/local/task_pool.py)
     │   ├── UnsupportedTableFeature  the table uses a Delta feature ingest cannot honour for
     │   │                            the write asked; refused before writing
-    │   │                            (ingest/sink/features.py)
+    │   │                            (ingest/sink/metadata/features.py)
     │   ├── SparkStartError          the Spark session did not start (its JVM exited or never
     │   │                            answered): no later batch can land in this process
     │   └── SparkClusterLost         a standalone cluster's batch had no executor for

@@ -30,6 +30,7 @@ from ingest.faults import fault_point
 from ingest.formats.decode import DecodeSpec, added_columns, decode, drop_through, spark_records
 from ingest.handoff import read_segment
 from ingest.sink.files import DataFile, write_data_files
+from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
 
 if TYPE_CHECKING:  # the landing protocol's types; a task process never imports it
@@ -89,6 +90,7 @@ class ReadPlan:
     ingest_time: dt.datetime | None = None
     # Each segment's (size, checksum) by URI, checked before it is read.
     checks: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
+    mapping: ColumnMapping | None = None  # the table's column mapping (physical names)
 
     @classmethod
     def files(
@@ -107,6 +109,7 @@ class ReadPlan:
             segment_options=request.segment_options,
             ingest_time=request.ingest_time,
             checks={s.uri: (s.bytes, s.checksum) for s in request.segments},
+            mapping=request.mapping,
         )
 
 
@@ -152,7 +155,12 @@ def files_task(plan: ReadPlan, index: int) -> list[tuple[str, str]]:
     fault_point("in_spark_task")
     name = f"part-{plan.token}-{index:05d}"
     files = write_data_files(
-        rows, plan.table, name=name, partition_by=plan.partition_by, prefix=plan.prefix
+        rows,
+        plan.table,
+        name=name,
+        partition_by=plan.partition_by,
+        prefix=plan.prefix,
+        mapping=plan.mapping,
     )
     dead_files = write_data_files(dead, plan.dead, name=f"{name}-dead")
     added = added_columns(rows.schema, plan.spec)

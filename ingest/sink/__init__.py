@@ -7,9 +7,9 @@ and the commit retry loop, re-filtering after a lost race), ``txn.py`` (app ids,
 version arithmetic, the txn actions of a commit), ``durable.py`` (the txn version of
 each partition, and where a worker starts), ``table_config.py`` (``TableConfig``),
 ``storage.py`` (a table's location as a pyarrow filesystem), ``files.py`` (Parquet
-data files written outside delta-rs, with stats and provenance), ``evolution.py``
-(additive schema evolution), ``features.py`` (the Delta table features written
-through or refused), ``txnlog.py`` (when each txn was written, from the Delta log),
+data files written outside delta-rs, with stats and provenance), ``metadata/`` (what a
+table's protocol and metaData ask: the features written through or refused, additive
+schema evolution, column mapping's physical names), ``txnlog.py`` (when each txn was written, from the Delta log),
 ``merge.py`` (upsert mode), ``deadletter.py`` (the dead-letter table) and
 ``maintenance/`` (compaction, rewrites without some rows, one maintenance pass). The
 engines (``ingest.engines``) write the files and drive the landing; this package never
@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ingest.protocol.partition import Partition
     from ingest.sink.deadletter import DEAD_LETTER_SCHEMA
-    from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
+    from ingest.sink.delta import CommitOutcome, DeltaTarget
     from ingest.sink.files import DataFile, Source, write_data_files
     from ingest.sink.land import Batch, BatchResult, Landing
+    from ingest.sink.maintenance.rewrite import StaleBatchError
     from ingest.sink.merge import upsert
     from ingest.sink.storage import TableLocation
     from ingest.sink.table_config import TableConfig
@@ -46,7 +47,7 @@ _EXPORTS = {
     "Landing": "ingest.sink.land",
     "Partition": "ingest.protocol.partition",
     "Source": "ingest.sink.files",
-    "StaleBatchError": "ingest.sink.delta",
+    "StaleBatchError": "ingest.sink.maintenance.rewrite",
     "TableConfig": "ingest.sink.table_config",
     "TableLocation": "ingest.sink.storage",
     "app_id": "ingest.sink.txn",

@@ -48,37 +48,29 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 from ingest.errors import SinkError
 from ingest.faults import fault_point
 from ingest.protocol.partition import Partition
-from ingest.sink.evolution import (
-    column_mapping,
+from ingest.sink.files import DataFile
+from ingest.sink.maintenance import rewrite
+from ingest.sink.maintenance.rewrite import StaleBatchError
+from ingest.sink.metadata.evolution import (
     evolve,
+    mapping_of,
     nullable_schema,
     schema_changes,
     widening,
 )
-from ingest.sink.files import DataFile
-from ingest.sink.maintenance import rewrite
+from ingest.sink.metadata.mapping import ColumnMapping, covering
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import (
     COMMIT_TOKEN_KEY,
-    advances,
     commit_properties,
     newer_txns,
     or_minus_one,
 )
 from ingest.sink.txnlog import SNAPSHOTS
 
-__all__ = [
-    "CommitOutcome",
-    "DeltaTarget",
-    "StaleBatchError",
-]
+__all__ = ["CommitOutcome", "DeltaTarget"]
 
 log = logging.getLogger("ingest.sink")
-
-
-class StaleBatchError(SinkError):
-    """A concurrent writer covered offsets of this batch and its files cannot be
-    re-filtered in place: the caller must redo the batch from its segments."""
 
 
 @dataclass(frozen=True)
@@ -224,11 +216,13 @@ class DeltaTarget:
         *,
         planned: Mapping[str, int | None],
         app_id_of: Callable[[str, int], str],
+        mapping: ColumnMapping | None = None,
     ) -> CommitOutcome:
         """Commits ``files`` with ``txns`` (app id -> last offset) in one transaction.
 
         ``planned`` are the txn versions the files were filtered with; ``app_id_of``
-        maps a file's (topic, partition) to its app id."""
+        maps a file's (topic, partition) to its app id; ``mapping``: the column mapping
+        they were written with (a table's new or renamed columns make the batch stale)."""
         pending = list(files)
         dropped = 0
         schema = nullable_schema(schema)
@@ -239,7 +233,9 @@ class DeltaTarget:
                 table = self.load()
                 self.check_partitioning(table)
                 current = self.versions_in(table, list(txns))
-                pending, lost = self._refilter(pending, planned, current, app_id_of, attempt)
+                pending, lost = rewrite.refilter(
+                    self.location, pending, planned, current, app_id_of, attempt, mapping
+                )
                 fault_point("after_snapshot_load")
                 dropped += lost
                 wanted = newer_txns(txns, current)
@@ -258,12 +254,14 @@ class DeltaTarget:
                     self.create_empty(schema)
                     continue  # reload: the data goes through the conflict-checked path
                 added = schema_changes(table.schema(), schema)
-                if added and column_mapping(table):
+                mapped = mapping_of(table)
+                if added and mapped is not None:
                     try:
                         evolve(self.uri, table, schema)
                     except CommitFailedError:
                         self.backoff(attempt)
                     continue  # reload: commit on the evolved snapshot
+                self._check_mapping(pending, schema, mapped, mapping)
                 in_doubt = True
                 token = self._try_commit(
                     table, [f.add_action() for f in pending], wanted, attempt, "commit", added
@@ -291,10 +289,12 @@ class DeltaTarget:
         schema: pa.Schema,
         *,
         ranges: Mapping[Partition, tuple[int, int]],
+        mapping: ColumnMapping | None = None,
     ) -> CommitOutcome:
         """Commits ``files`` and ``txns`` in one transaction that also removes the
         table's rows in ``ranges`` ((topic, partition) -> inclusive first and last
-        offset). ``CommitOutcome.dropped_rows`` counts the rows it replaced."""
+        offset). ``CommitOutcome.dropped_rows`` counts the rows it replaced.
+        ``mapping``: the column mapping ``files`` were written with."""
         pending = list(files)
         schema = nullable_schema(schema)
         in_doubt = False
@@ -324,9 +324,11 @@ class DeltaTarget:
                 except CommitFailedError:
                     self.backoff(attempt)
                     continue
+                mapped = mapping_of(table)
+                self._check_mapping(pending, schema, mapped, mapping)
                 self._check_files(pending)
                 removes, rewritten, replaced = rewrite.cut_ranges(
-                    self.location, table, ranges, attempt
+                    self.location, table, ranges, attempt, mapped
                 )
                 actions: list[AddAction | RemoveAction] = [
                     *removes,
@@ -444,6 +446,21 @@ class DeltaTarget:
                     return int(entry["version"])
         raise SinkError(f"{self.uri}: committed, but the commit is not in the last 50 versions")
 
+    def _check_mapping(
+        self,
+        files: Sequence[DataFile],
+        schema: pa.Schema,
+        table: ColumnMapping | None,
+        written: ColumnMapping | None,
+    ) -> None:
+        """Raises ``StaleBatchError`` when ``files`` (of ``schema``'s columns) were written
+        with another column mapping than the ``table``'s now."""
+        if files and covering(table, schema.names) != covering(written, schema.names):
+            raise StaleBatchError(
+                f"{self.uri}: the table's column mapping changed since the batch's files "
+                "were written (a column added, renamed or mapped): writing them again"
+            )
+
     def _check_files(self, files: Sequence[DataFile]) -> None:
         if not files:
             return
@@ -456,43 +473,3 @@ class DeltaTarget:
         ]
         if wrong:
             raise SinkError(f"{self.uri}: data files to commit are not as written: {wrong}")
-
-    def _refilter(
-        self,
-        files: list[DataFile],
-        planned: Mapping[str, int | None],
-        current: Mapping[str, int | None],
-        app_id_of: Callable[[str, int], str],
-        attempt: int,
-    ) -> tuple[list[DataFile], int]:
-        moved = {
-            app
-            for app, version in current.items()
-            if version is not None and advances(version, planned.get(app))
-        }
-        if not moved or not files:
-            return files, 0
-        kept: list[DataFile] = []
-        dropped = 0
-        for data_file in files:
-            if not data_file.sources:
-                raise StaleBatchError(
-                    f"{self.uri}: a concurrent writer covered offsets of this batch and "
-                    f"{data_file.path} does not say which offsets it holds"
-                )
-            cut: dict[Partition, int] = {}
-            for source in data_file.sources:
-                app = app_id_of(source.topic, source.partition)
-                version = current.get(app)
-                if app in moved and version is not None and source.min_offset <= version:
-                    cut[Partition(source.topic, source.partition)] = version
-            if not cut:
-                kept.append(data_file)
-                continue
-            rewritten = rewrite.without_covered(self.location, data_file, cut, attempt)
-            self.location.delete([data_file.path])
-            dropped += data_file.rows - (rewritten.rows if rewritten else 0)
-            if rewritten is not None:
-                kept.append(rewritten)
-        log.info("%s: re-filtered after a concurrent commit; %d rows dropped", self.uri, dropped)
-        return kept, dropped

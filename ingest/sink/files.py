@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 
 from ingest.errors import SinkError
+from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "sources_of",
     "write_data_file",
     "write_data_files",
-    "write_parquet",
 ]
 
 FOOTER_KEY = b"ingest.datafile"
@@ -293,11 +293,6 @@ def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
     return {"compression": "snappy", "use_dictionary": dictionary}
 
 
-def write_parquet(table: pa.Table, stream: Any) -> None:
-    """``table`` as one Parquet file in ingest's layout."""
-    pq.write_table(table, stream, **_parquet_options(table.schema))
-
-
 # A streamed file's row group: rows are buffered up to this much Arrow memory (or
 # ROW_GROUP_ROWS rows, pyarrow's default), then written.
 ROW_GROUP_BYTES = 64 * 1024**2
@@ -353,7 +348,8 @@ class DataFileWriter:
         group = pa.concat_tables(self._buffered)
         self._buffered, self._buffered_bytes = [], 0
         try:
-            self._writer.write_table(group, row_group_size=max(group.num_rows, 1))
+            size = min(max(group.num_rows, 1), ROW_GROUP_ROWS)
+            self._writer.write_table(group, row_group_size=size)
         except OSError as exc:
             raise SinkError(f"{self.location.uri}: cannot write {self.relative}: {exc}") from exc
 
@@ -397,9 +393,12 @@ def write_data_files(
     name: str,
     partition_by: Sequence[str] = (),
     prefix: str = "",
+    mapping: ColumnMapping | None = None,
 ) -> list[DataFile]:
     """Writes ``table`` as one Parquet file per partition value combination, named
     ``<prefix>/<partition dirs>/<name>-<n>.parquet``; an empty table writes nothing.
+    ``mapping``: the table's column mapping (files, statistics and partition values then
+    carry physical names).
 
     ``name`` must be unique per writer and deterministic per task, so that a
     retried task overwrites its own files instead of leaving orphans."""
@@ -408,13 +407,16 @@ def write_data_files(
     opened = location.filesystem()
     written: list[DataFile] = []
     for number, (values, part) in enumerate(_split_by_partition(table, partition_by)):
+        sources = sources_of(part)
+        # Delta keeps partition values in the log, not in the files.
+        part = part.select([c for c in part.column_names if c not in partition_by])
+        if mapping is not None:  # column mapping: physical names, field ids
+            part = mapping.physical(part)
+            values = tuple((mapping.physical_name(n), v) for n, v in values)
         directory = "/".join(p for p in (prefix.strip("/"), _directory(values)) if p)
         relative = (
             f"{directory}/{name}-{number}.parquet" if directory else f"{name}-{number}.parquet"
         )
-        sources = sources_of(part)
-        # Delta keeps partition values in the log, not in the files.
-        part = part.select([c for c in part.column_names if c not in partition_by])
         written.append(
             write_data_file(
                 location, relative, part, partition_values=values, sources=sources, opened=opened
@@ -434,38 +436,15 @@ def write_data_file(
 ) -> DataFile:
     """Writes ``table`` (without partition columns) as the data file ``relative``, its
     description in the footer. ``opened``: ``location.filesystem()``, if at hand."""
-    filesystem, root = opened or location.filesystem()
-    stats = delta_stats(table)
-    description = DataFile(
-        path=relative,
-        size=0,
-        partition_values=partition_values,
-        rows=table.num_rows,
-        stats=stats,
-        sources=sources,
-        modification_time=0,
+    writer = DataFileWriter(
+        location, relative, table.schema, partition_values=partition_values, opened=opened
     )
-    footer = {FOOTER_KEY: description.to_json().encode()}
-    path = f"{root}/{relative}"
-    if location.local:
-        filesystem.create_dir(path.rpartition("/")[0], recursive=True)
     try:
-        with filesystem.open_output_stream(path) as stream:
-            write_parquet(
-                table.replace_schema_metadata({**(table.schema.metadata or {}), **footer}), stream
-            )
-    except OSError as exc:
-        raise SinkError(f"{location.uri}: cannot write {relative}: {exc}") from exc
-    size = filesystem.get_file_info(path).size
-    return DataFile(
-        path=relative,
-        size=int(size),
-        partition_values=partition_values,
-        rows=table.num_rows,
-        stats=stats,
-        sources=sources,
-        modification_time=int(time.time() * 1000),
-    )
+        writer.write(table)
+        return writer.close(sources)
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def read_data_file_footer(location: TableLocation, paths: Iterable[str]) -> list[DataFile]:

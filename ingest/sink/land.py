@@ -74,10 +74,13 @@ from ingest.sink.deadletter import (
     read_corrupt_raw,
     rejected_dead_letters,
 )
-from ingest.sink.delta import CommitOutcome, DeltaTarget, StaleBatchError
-from ingest.sink.features import check_table
+from ingest.sink.delta import CommitOutcome, DeltaTarget
 from ingest.sink.files import DataFile, write_data_files
+from ingest.sink.maintenance.rewrite import StaleBatchError
 from ingest.sink.merge import upsert, upsert_source
+from ingest.sink.metadata.evolution import mapping_of
+from ingest.sink.metadata.features import check_table
+from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN, TableConfig
 from ingest.sink.txn import app_id, or_minus_one
@@ -169,7 +172,8 @@ class WriteRequest:
     """What a writer writes in one attempt: ``segments`` (those with records above
     the table's txn version), with the offsets of each partition the table and the
     dead-letter table hold already (None: none), which it must leave out; data files
-    go to ``table`` under ``prefix``, split by ``partition_by``, dead letters to
+    go to ``table`` under ``prefix``, split by ``partition_by``, with the physical names
+    of the table's column ``mapping`` (None: none, or staged upsert rows), dead letters to
     ``dead``. File names carry ``token``."""
 
     token: str
@@ -182,6 +186,7 @@ class WriteRequest:
     prefix: str
     segment_options: Mapping[str, Any]
     ingest_time: dt.datetime
+    mapping: ColumnMapping | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,7 @@ class _Landing:
         self.txns = {self.apps[key]: last[key] for key in self.apps}
         self.upserting = config.mode == "upsert"
         self.token = uuid.uuid4().hex[:16]
+        self.mapping: ColumnMapping | None = None  # the table's, as planned
 
     def app_id_of(self, topic: str, partition: int) -> str:
         return self.apps.get(Partition(topic, partition)) or app_id(
@@ -323,6 +329,7 @@ class _Landing:
         if self.batch.overwrite:
             check_table(self.config.uri, table, "overwrite")
         self.main.check_partitioning(table)
+        self.mapping = mapping_of(table)
         apps = list(self.apps.values())
         if not self.batch.overwrite:
             return DeltaTarget.versions_in(table, apps), self.dead.versions(apps)
@@ -354,6 +361,7 @@ class _Landing:
             prefix=f"{STAGING}/{self.token}" if self.upserting else "",
             segment_options=dict(self.batch.segment_storage_options),
             ingest_time=dt.datetime.now(dt.UTC),
+            mapping=None if self.upserting else self.mapping,
         )
 
     def _driver_dead_letters(
@@ -456,8 +464,13 @@ class _Landing:
             )
         if self.batch.overwrite:
             return self.main.commit_replacing(
-                files, self.txns, schema, ranges=self.batch.offset_ranges()
+                files, self.txns, schema, ranges=self.batch.offset_ranges(), mapping=self.mapping
             )
         return self.main.commit_files(
-            files, self.txns, schema, planned=planned, app_id_of=self.app_id_of
+            files,
+            self.txns,
+            schema,
+            planned=planned,
+            app_id_of=self.app_id_of,
+            mapping=self.mapping,
         )

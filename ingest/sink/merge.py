@@ -46,8 +46,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import ConfigError, SinkError
 from ingest.sink.delta import CommitOutcome, DeltaTarget
-from ingest.sink.evolution import evolve, nullable_schema
 from ingest.sink.files import DataFile
+from ingest.sink.metadata.evolution import evolve, nullable_schema
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN
 from ingest.sink.txn import commit_properties, newer_txns

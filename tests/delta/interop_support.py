@@ -17,7 +17,7 @@ import pyarrow as pa
 from deltalake import Schema
 
 from ingest.formats.decode import DecodeSpec
-from ingest.sink.evolution import nullable_schema
+from ingest.sink.metadata.evolution import nullable_schema
 from ingest.supervisor.engine.source import RunOutcome
 from ingest.supervisor.modes.group_run import group_run
 from ingest.testing import ProducedRecord
@@ -107,7 +107,7 @@ def run(
     sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunOutcome:
     """``ingest run --until-end`` on the session's Spark; maintenance off unless ``sections``
-    turn it on (compaction is a use of its own, see ``ingest.sink.features``)."""
+    turn it on (compaction is a use of its own, see ``ingest.sink.metadata.features``)."""
     table_section: dict[str, Any] = {"mode": mode}
     if mode == "upsert":
         table_section["merge_keys"] = ["id"]

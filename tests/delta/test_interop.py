@@ -1,7 +1,7 @@
 """Delta Spark as the other party: tables it created as targets of ``ingest run`` (append and
 upsert), per table feature, either written correctly (Spark reads exactly the expected rows)
 or refused before anything is written, with a message naming the feature
-(``ingest.sink.features``; docs/delta-compat.md).
+(``ingest.sink.metadata.features``; docs/delta-compat.md).
 
 One topic for the module (``interop_support``); each case is its own table and group, and
 each run is a short ``--until-end`` run on the session's Spark.
@@ -19,14 +19,16 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from ingest.sink.features import UnsupportedTableFeature, check_table
 from ingest.sink.maintenance.compact import compact, live_files, vector_paths
+from ingest.sink.metadata.features import UnsupportedTableFeature, check_table
 from ingest.sink.storage import TableLocation
 from ingest.supervisor.engine.maintainer import check_tables
+from ingest.supervisor.modes.replay import parse_position, replay_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from tests.delta.interop_support import (
     COUNT,
     SPARK_IDS,
+    VALUE_SCHEMA,
     appended_rows,
     create_spark_table,
     data_files,
@@ -135,24 +137,89 @@ def test_deletion_vectors(broker: KafkaCluster, topic: str, spark: Any, tmp_path
     assert spark_rows(spark, upserted) == upserted_rows(kept)
 
 
+# The table's `v` renamed to `text` by Spark: the transform writes the records' `v` there.
+_RENAMED = (
+    "SELECT topic, `partition`, `offset`, timestamp, timestamp_type, key, headers, id, "
+    "v AS text FROM batch"
+)
+
+
 def test_column_mapping(broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path) -> None:
-    """Name mode: appended files would carry logical names (Spark reads nulls): refused
-    before writing. An upsert's MERGE (delta-rs) writes physical names: exact."""
-    name_mode = {"delta.columnMapping.mode": "name"}
-    appended, upserted = tmp_path / "append", tmp_path / "upsert"
-    create_spark_table(spark, appended, properties=name_mode)
-    create_spark_table(spark, upserted, properties=name_mode)
+    """Name mode, partitioned, with a column renamed (`v` -> `text`) and one dropped
+    (`timestamp_type`, which ingest's rows then add again: a new physical name, so the
+    batch is written again after the commit that adds it). Appends, a compaction, an
+    overwrite replay of the whole topic and an upsert: Spark reads every row exact and
+    every value of the renamed column, and writes after us. Id mode: appends, exact."""
+    renamed, upserted, by_id = tmp_path / "renamed", tmp_path / "upsert", tmp_path / "id"
+    for table in (renamed, upserted):
+        create_spark_table(
+            spark, table, properties={"delta.columnMapping.mode": "name"}, partitioned=True
+        )
+        spark.sql(f"ALTER TABLE delta.`{table}` RENAME COLUMN v TO text")
+        spark.sql(f"ALTER TABLE delta.`{table}` DROP COLUMN timestamp_type")
+    create_spark_table(spark, by_id, properties={"delta.columnMapping.mode": "id"})
+    transform = {"table": {"partition_by": ["partition"], "transform": _RENAMED}}
 
-    before, version = data_files(appended), DeltaTable(str(appended)).version()
-    outcome = _run(spark, tmp_path, broker, topic, appended)
-    _refused(outcome, appended, before, "columnMapping")
-    assert "delta.columnMapping.mode = name" in outcome.message
-    assert DeltaTable(str(appended)).version() == version
-
-    outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert")
+    outcome = _run(spark, tmp_path, broker, topic, renamed, sections=transform)
     assert outcome.exit_code == 0, outcome.message
-    assert spark_rows(spark, upserted) == upserted_rows()
-    assert spark_rows(spark, upserted, "count(*)") == [(len(upserted_rows()),)]
+    assert spark_rows(spark, renamed, "id, text") == appended_rows()
+    by_partition = spark_rows(spark, renamed, "partition, offset, timestamp_type")
+    assert by_partition == sorted(
+        [(-1, i, None) for i in SPARK_IDS] + [(n % 2, n // 2, 0) for n in range(COUNT)]
+    )
+    fields = {f.name: f for f in DeltaTable(str(renamed)).schema().fields}
+    assert fields["text"].metadata["delta.columnMapping.physicalName"] != "text"
+
+    before = len(live_files(DeltaTable(str(renamed))))
+    done = compact(TableLocation.of(str(renamed)), target_size=64 * 1024**2)
+    assert done.files_removed > 0 and len(live_files(DeltaTable(str(renamed)))) < before
+    assert spark_rows(spark, renamed, "id, text") == appended_rows()
+
+    group = unique_name("g-interop")
+    replayed = replay_run(
+        config(
+            write_config(
+                tmp_path / "replay.toml",
+                bootstrap=broker.bootstrap,
+                topic=topic,
+                group=group,
+                table=renamed,
+                sections={
+                    **transform,
+                    "table.value": {"format": "json", "schema": VALUE_SCHEMA},
+                    "maintenance": {"enabled": False},
+                },
+            )
+        ),
+        start=parse_position("earliest", "--from"),
+        overwrite=True,
+        spark=spark,
+    ).run()
+    assert replayed.exit_code == 0, replayed.message
+    assert spark_rows(spark, renamed, "id, text") == appended_rows()
+
+    spark.sql(f"INSERT INTO delta.`{renamed}` (id, text) VALUES (5000, 'after')")
+    assert spark_rows(spark, renamed, "id, text") == sorted([*appended_rows(), (5000, "after")])
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{renamed}`").collect()
+    assert [h.version for h in history] == list(range(len(history) - 1, -1, -1))
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{renamed}`").collect()[0]
+    assert detail.partitionColumns == ["partition"]
+
+    upsert = {
+        "table": {
+            "partition_by": ["partition"],
+            "transform": _RENAMED.replace("timestamp_type, ", ""),
+            "tombstones": "ignore",
+        }
+    }
+    outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert", sections=upsert)
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, upserted, "id, text") == upserted_rows()
+
+    outcome = _run(spark, tmp_path, broker, topic, by_id)
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, by_id) == appended_rows()
+    assert spark_rows(spark, by_id, "count(*)") == [(len(appended_rows()),)]
 
 
 def _wall_clock(n: int) -> str:

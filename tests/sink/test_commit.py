@@ -16,8 +16,9 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.errors import ConfigError, SinkError
-from ingest.sink.delta import DeltaTarget, StaleBatchError
+from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import DataFile, delta_stats, write_data_files
+from ingest.sink.maintenance.rewrite import StaleBatchError
 from ingest.sink.storage import TableLocation, normalize_uri
 from ingest.sink.table_config import TableConfig
 from ingest.sink.txn import app_id

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable, Field, Schema
 
-from ingest.sink.features import (
+from ingest.sink.metadata.features import (
     FEATURES,
     USES,
     UnsupportedTableFeature,

@@ -108,8 +108,8 @@ def test_a_concurrent_commit_is_redone_against_the_new_snapshot(
     real_cut = rewrite.cut_ranges
     calls = {"n": 0}
 
-    def cut_then_rival_commits(location, table, ranges, attempt):  # type: ignore[no-untyped-def]
-        cut = real_cut(location, table, ranges, attempt)
+    def cut_then_rival_commits(location, table, ranges, attempt, mapping):  # type: ignore[no-untyped-def]
+        cut = real_cut(location, table, ranges, attempt, mapping)
         calls["n"] += 1
         if calls["n"] == 1:
             append(rival, apps, 0, 300, 50, "rival")  # 300-349, inside the range replaced
@@ -158,3 +158,32 @@ def test_txn_times_come_from_the_log_and_from_a_checkpoint(tmp_path: Path) -> No
     again = txn_times(target.location, [apps[0], apps[1]])
     assert again[apps[1]] == times[apps[1]]
     assert again[apps[0]] is not None and again[apps[0]] >= times[apps[1]]  # type: ignore[operator]
+
+
+def test_a_table_partitioned_by_the_kafka_partition_is_cut_by_its_partition_values(
+    tmp_path: Path,
+) -> None:
+    """A partition column is not in its files: the cut reads it from the file's partition
+    value (it raised KeyError 'partition' before)."""
+    target = DeltaTarget(TableLocation.of(str(tmp_path / "t")), partition_by=("partition",))
+    apps = {p: app_id(target.uri, "g", "race", p) for p in (0, 1)}
+    for partition in (0, 1):
+        rows = committer.rows(partition, 0, 100)
+        files = write_data_files(
+            rows, target.location, name=f"p{partition}", partition_by=["partition"]
+        )
+        target.commit_files(
+            files,
+            {apps[partition]: 99},
+            rows.schema,
+            planned=target.versions([apps[partition]]),
+            app_id_of=lambda t, p: apps[p],
+        )
+    fresh = committer.rows(0, 50, 100)
+    files = write_data_files(fresh, target.location, name="fresh", partition_by=["partition"])
+    outcome = target.commit_replacing(
+        files, {apps[0]: 149}, fresh.schema, ranges={("race", 0): (50, 149)}
+    )
+    assert outcome.dropped_rows == 50
+    table = DeltaTable(target.uri)
+    assert offsets(table, 0) == list(range(150)) and offsets(table, 1) == list(range(100))

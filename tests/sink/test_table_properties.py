@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 
 from ingest.config import parse_config
 from ingest.errors import ConfigError
-from ingest.sink.features import UnsupportedTableFeature, probe_properties
+from ingest.sink.metadata.features import UnsupportedTableFeature, probe_properties
 from ingest.supervisor.engine.maintainer import check_tables
 
 

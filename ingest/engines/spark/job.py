@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -305,7 +305,7 @@ def _transform(
     _batch_view(spark, plan, spec)
     out = _sql(spark, config)
     schema = _arrow_schema(out.drop(DEAD_LETTER_COLUMN).schema)
-    writer = _ArrowWriter(plan.table, plan.token, plan.partition_by, plan.prefix)
+    writer = _ArrowWriter(plan)
     rows = out.mapInArrow(writer, FILES_SCHEMA).collect()
     return rows, schema
 
@@ -313,13 +313,12 @@ def _transform(
 class _ArrowWriter:
     """The mapInArrow function that writes a transform's output as data files."""
 
-    def __init__(
-        self, location: TableLocation, token: str, partition_by: Sequence[str], prefix: str
-    ) -> None:
-        self.location = location
-        self.token = token
-        self.partition_by = tuple(partition_by)
-        self.prefix = prefix
+    def __init__(self, plan: ReadPlan) -> None:
+        self.location = plan.table
+        self.token = plan.token
+        self.partition_by = plan.partition_by
+        self.prefix = plan.prefix
+        self.mapping = plan.mapping
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -354,6 +353,7 @@ class _ArrowWriter:
             name=f"part-{self.token}-t{index:05d}",
             partition_by=self.partition_by,
             prefix=self.prefix,
+            mapping=self.mapping,
         )
         for data_file in files:
             kinds.append(KIND_DATA)

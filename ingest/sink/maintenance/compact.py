@@ -51,6 +51,8 @@ from ingest.errors import SinkError
 from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, DataFileWriter, Source, sources_of
 from ingest.sink.maintenance.rewrite import partition_text
+from ingest.sink.metadata.evolution import mapping_of
+from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import guard_transaction
 
@@ -168,10 +170,13 @@ def compact(
         except DeltaError as exc:
             raise SinkError(f"{location.uri}: cannot load the table: {exc}") from exc
     # A file with a deletion vector stays as it is: the remove that would take it out must
-    # name its vector, which delta-rs's RemoveAction cannot (ingest.sink.features).
+    # name its vector, which delta-rs's RemoveAction cannot (ingest.sink.metadata.features).
     bins = plan_bins(_entries(table, with_vectors=False), target_size)
     if not bins:
         return Compaction(None, 0, 0, 0, 0)
+    # Column mapping: the files' columns (kept as they are) and the adds' partition values
+    # go by physical names; the Kafka offsets a file holds are found by logical ones.
+    mapping = mapping_of(table)
     opened = location.filesystem()
     written: list[DataFile] = []
     removed_at = int(time.time() * 1000)
@@ -181,9 +186,8 @@ def compact(
         for members in bins:
             directory, _, _ = members[0].path.rpartition("/")
             name = f"compact-{uuid.uuid4().hex}.parquet"
-            written.append(
-                _write_bin(location, opened, members, f"{directory}/{name}" if directory else name)
-            )
+            relative = f"{directory}/{name}" if directory else name
+            written.append(_write_bin(location, opened, members, relative, mapping))
             read += sum(m.size for m in members)
             rows += written[-1].rows
             removes.extend(
@@ -197,7 +201,14 @@ def compact(
                 for m in members
             )
         adds = [
-            AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, False, f.stats)
+            AddAction(
+                f.path,
+                f.size,
+                {_physical(mapping, k): v for k, v in f.partition_values},
+                f.modification_time,
+                False,
+                f.stats,
+            )
             for f in written
         ]
         token = uuid.uuid4().hex
@@ -234,8 +245,16 @@ def compact(
     return Compaction(version, len(removes), len(written), rows, read)
 
 
+def _physical(mapping: ColumnMapping | None, name: str) -> str:
+    return name if mapping is None else mapping.physical_name(name)
+
+
 def _write_bin(
-    location: TableLocation, opened: tuple[Any, str], members: Sequence[_Entry], relative: str
+    location: TableLocation,
+    opened: tuple[Any, str],
+    members: Sequence[_Entry],
+    relative: str,
+    mapping: ColumnMapping | None,
 ) -> DataFile:
     """A bin's files written as the one file ``relative``, their rows in order, one input
     row group at a time (memory: a row group of each side, whatever the bin's size)."""
@@ -255,7 +274,7 @@ def _write_bin(
                 described.append(None if raw is None else DataFile.from_json(raw).sources)
                 for group in range(parquet.num_row_groups):
                     part = _aligned(parquet.read_row_group(group), schema)
-                    sources = sources_of(part)
+                    sources = sources_of(part if mapping is None else mapping.logical(part))
                     complete = complete and (bool(sources) or part.num_rows == 0)
                     found.extend(sources)
                     writer.write(part)

@@ -49,8 +49,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from ingest.errors import ConfigError, SinkError
-from ingest.sink.features import check_table
 from ingest.sink.maintenance.compact import Compaction, compact
+from ingest.sink.metadata.features import check_table
 from ingest.sink.storage import TableLocation
 
 __all__ = [

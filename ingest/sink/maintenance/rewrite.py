@@ -9,9 +9,10 @@ offset), write the rest next to it as a new data file with its footer):
   are removed; files that mix rows inside and outside are removed and rewritten
   without the inside rows. Files whose statistics rule the ranges out are not
   read.
-* ``without_covered``, the re-filter after a lost race
-  (``DeltaTarget.commit_files``): a file of this batch without the rows a
-  concurrent writer's txn versions now cover.
+* ``refilter``, after a lost race (``DeltaTarget.commit_files``): a batch's files
+  without the rows a concurrent writer's txn versions now cover (``without_covered``
+  rewrites one). A file that does not say which offsets it holds raises
+  ``StaleBatchError``: the batch is redone from its segments.
 
 A rewritten file is named ``r<attempt>-<random>-<name>`` in its original's
 directory, so the files of an attempt that lost its race can be told apart and
@@ -20,9 +21,10 @@ deleted.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,11 +35,23 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import RemoveAction
 
+from ingest.errors import SinkError
 from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, sources_of, write_data_file
+from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
+from ingest.sink.txn import advances
 
-__all__ = ["cut_ranges", "in_ranges", "partition_text", "without_covered"]
+__all__ = [
+    "StaleBatchError",
+    "cut_ranges",
+    "in_ranges",
+    "partition_text",
+    "refilter",
+    "without_covered",
+]
+
+log = logging.getLogger("ingest.sink")
 
 _INT64_MIN = -(2**63)
 
@@ -47,10 +61,11 @@ def cut_ranges(
     table: DeltaTable,
     ranges: Mapping[Partition, tuple[int, int]],
     attempt: int,
+    mapping: ColumnMapping | None = None,
 ) -> tuple[list[RemoveAction], list[DataFile], int]:
     """The remove actions, rewritten files and replaced row count that take every
     row in ``ranges`` ((topic, partition) -> inclusive first and last offset) out of
-    ``table``'s current snapshot."""
+    ``table``'s current snapshot (``mapping``: its column mapping)."""
     if not ranges:
         return [], [], 0
     listing = pa.table(table.get_add_actions(flatten=True))
@@ -64,7 +79,8 @@ def cut_ranges(
         if not _may_hold(entry, ranges):
             continue
         rows = _read(opened, entry["path"])
-        inside = in_ranges(rows, ranges)
+        logical_values = {c.removeprefix("partition."): entry[c] for c in partition_columns}
+        inside = in_ranges(_keys(rows, logical_values, mapping), ranges)
         hits = pc.sum(inside).as_py() or 0
         if not hits:
             continue
@@ -74,7 +90,10 @@ def cut_ranges(
             described.partition_values
             if described is not None
             else tuple(
-                (column.removeprefix("partition."), partition_text(entry[column]))
+                (
+                    _physical_name(column.removeprefix("partition."), mapping),
+                    partition_text(entry[column]),
+                )
                 for column in partition_columns
             )
         )
@@ -91,17 +110,74 @@ def cut_ranges(
             remaining = rows.filter(pc.invert(inside))
             rewritten.append(
                 _write_remainder(
-                    location, opened, entry["path"], partition_values, remaining, attempt
+                    location, opened, entry["path"], partition_values, remaining, attempt, mapping
                 )
             )
     return removes, rewritten, replaced
 
 
+class StaleBatchError(SinkError):
+    """A concurrent writer covered offsets of this batch and its files cannot be
+    re-filtered in place, or the table's column mapping changed since its files were
+    written: the caller must redo the batch from its segments."""
+
+
+def refilter(
+    location: TableLocation,
+    files: list[DataFile],
+    planned: Mapping[str, int | None],
+    current: Mapping[str, int | None],
+    app_id_of: Callable[[str, int], str],
+    attempt: int,
+    mapping: ColumnMapping | None,
+) -> tuple[list[DataFile], int]:
+    """A batch's ``files`` (written with ``mapping``, filtered with the txn versions
+    ``planned``) without the rows the table's txn versions now cover (``current``, by
+    app id): kept, rewritten (``without_covered``; the original deleted) or dropped; and
+    how many rows went. A file that does not say which offsets it holds cannot be
+    re-filtered: ``StaleBatchError``."""
+    moved = {
+        app
+        for app, version in current.items()
+        if version is not None and advances(version, planned.get(app))
+    }
+    if not moved or not files:
+        return files, 0
+    kept: list[DataFile] = []
+    dropped = 0
+    for data_file in files:
+        if not data_file.sources:
+            raise StaleBatchError(
+                f"{location.uri}: a concurrent writer covered offsets of this batch and "
+                f"{data_file.path} does not say which offsets it holds"
+            )
+        cut: dict[Partition, int] = {}
+        for source in data_file.sources:
+            app = app_id_of(source.topic, source.partition)
+            version = current.get(app)
+            if app in moved and version is not None and source.min_offset <= version:
+                cut[Partition(source.topic, source.partition)] = version
+        if not cut:
+            kept.append(data_file)
+            continue
+        rewritten = without_covered(location, data_file, cut, attempt, mapping)
+        location.delete([data_file.path])
+        dropped += data_file.rows - (rewritten.rows if rewritten else 0)
+        if rewritten is not None:
+            kept.append(rewritten)
+    log.info("%s: re-filtered after a concurrent commit; %d rows dropped", location.uri, dropped)
+    return kept, dropped
+
+
 def without_covered(
-    location: TableLocation, data_file: DataFile, cut: Mapping[Partition, int], attempt: int
+    location: TableLocation,
+    data_file: DataFile,
+    cut: Mapping[Partition, int],
+    attempt: int,
+    mapping: ColumnMapping | None = None,
 ) -> DataFile | None:
-    """``data_file`` rewritten without its rows at or below ``cut``'s offsets (None when
-    none is left). The original stays: the caller deletes it."""
+    """``data_file`` (written with ``mapping``) rewritten without its rows at or below
+    ``cut``'s offsets (None when none is left). The original stays: the caller deletes it."""
     if all(
         Partition(s.topic, s.partition) in cut
         and s.max_offset <= cut[Partition(s.topic, s.partition)]
@@ -110,12 +186,19 @@ def without_covered(
         return None
     opened = location.filesystem()
     rows = _read(opened, data_file.path)
-    covered = in_ranges(rows, {key: (_INT64_MIN, version) for key, version in cut.items()})
+    logical_values = {
+        name if mapping is None else mapping.logical_name(name): value
+        for name, value in data_file.partition_values
+    }
+    covered = in_ranges(
+        _keys(rows, logical_values, mapping),
+        {key: (_INT64_MIN, version) for key, version in cut.items()},
+    )
     remaining = rows.filter(pc.invert(covered))
     if remaining.num_rows == 0:
         return None
     return _write_remainder(
-        location, opened, data_file.path, data_file.partition_values, remaining, attempt
+        location, opened, data_file.path, data_file.partition_values, remaining, attempt, mapping
     )
 
 
@@ -134,6 +217,32 @@ def in_ranges(rows: pa.Table, ranges: Mapping[Partition, tuple[int, int]]) -> An
     return inside if inside is not None else pa.array(np.zeros(rows.num_rows, bool))
 
 
+def _logical(rows: pa.Table, mapping: ColumnMapping | None) -> pa.Table:
+    return rows if mapping is None else mapping.logical(rows)
+
+
+_KEYS = {"topic": pa.string(), "partition": pa.int32(), "offset": pa.int64()}
+
+
+def _keys(
+    rows: pa.Table, partition_values: Mapping[str, object], mapping: ColumnMapping | None
+) -> pa.Table:
+    """A data file's rows by logical names, with its topic, partition and offset columns:
+    a partition column is not in the file, its value is the file's (``partition_values``,
+    by logical name)."""
+    logical = _logical(rows, mapping)
+    for name, kind in _KEYS.items():
+        if name not in logical.column_names and name in partition_values:
+            value = partition_values[name]
+            column = pa.array([value] * rows.num_rows).cast(kind)
+            logical = logical.append_column(name, column)
+    return logical
+
+
+def _physical_name(name: str, mapping: ColumnMapping | None) -> str:
+    return name if mapping is None else mapping.physical_name(name)
+
+
 def _read(opened: tuple[pafs.FileSystem, str], path: str) -> pa.Table:
     filesystem, root = opened
     with filesystem.open_input_file(f"{root}/{path}") as handle:
@@ -147,8 +256,10 @@ def _write_remainder(
     partition_values: tuple[tuple[str, str | None], ...],
     remaining: pa.Table,
     attempt: int,
+    mapping: ColumnMapping | None,
 ) -> DataFile:
-    """``remaining`` written next to ``path`` as a new data file (with its footer)."""
+    """``remaining`` (physical columns) written next to ``path`` as a new data file
+    (with its footer)."""
     directory, _, name = path.rpartition("/")
     prefix = f"r{attempt}-{uuid.uuid4().hex[:8]}"
     relative = f"{directory}/{prefix}-{name}" if directory else f"{prefix}-{name}"
@@ -157,7 +268,7 @@ def _write_remainder(
         relative,
         remaining,
         partition_values=partition_values,
-        sources=sources_of(remaining),
+        sources=sources_of(_logical(remaining, mapping)),
         opened=opened,
     )
 

@@ -30,13 +30,13 @@ from ingest.config import IngestConfig
 from ingest.errors import ConfigError, IngestError
 from ingest.logs import event
 from ingest.processes import start_thread
-from ingest.sink.features import check_table, probe_properties
 from ingest.sink.maintenance.maintain import (
     MaintenanceReport,
     check_txn_retention,
     load_table,
     maintain,
 )
+from ingest.sink.metadata.features import check_table, probe_properties
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import TableConfig, WriteMode
 from ingest.supervisor.wiring import maintenance_settings, table_router
@@ -81,7 +81,7 @@ def _configured(
 
 def check_tables(config: IngestConfig, *, writing: bool = True, topics: Iterable[str] = ()) -> None:
     """Refuses a target table (or dead-letter table) whose txn entries expire, or one
-    using a Delta feature ingest cannot honour (``ingest.sink.features``): for the
+    using a Delta feature ingest cannot honour (``ingest.sink.metadata.features``): for the
     writes of the table's mode (``writing``), and for compaction when maintenance compacts.
     A table not created yet is checked as its ``table.properties`` would make it."""
     maintenance = config.maintenance

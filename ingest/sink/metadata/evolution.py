@@ -7,8 +7,9 @@ the rows without their columns or the columns without their rows. delta-rs' tran
 API writes a ``metaData`` action only with mode "overwrite"; its partition filter there
 says which files the commit removes, and ``c IN ()`` matches none, so the commit removes
 nothing (it shows as a WRITE with mode Overwrite and no remove in the table's history).
-A table with column mapping takes its new columns in a commit of their own before the
-batch's (``evolve``: delta-rs' ALTER gives them their physical names and ids). A column whose type differs is refused with ``SinkError`` naming
+A table with column mapping takes its new columns in commits of their own before the
+batch's (``evolve``: each field, nested ones too, gets an id above the table's
+``maxColumnId`` and a physical name, as Delta Spark gives them). A column whose type differs is refused with ``SinkError`` naming
 every such column, table type and batch type. Every column is nullable in the
 table: older rows lack new columns, and Delta's NOT NULL would be an invariant
 the files written here do not promise.
@@ -25,8 +26,9 @@ import pyarrow as pa
 from deltalake import DeltaTable, Field, Schema
 
 from ingest.errors import SinkError
+from ingest.sink.metadata.mapping import MAX_COLUMN_ID, ColumnMapping, mapped_fields, max_column_id
 
-__all__ = ["Widening", "column_mapping", "evolve", "nullable_schema", "schema_changes", "widening"]
+__all__ = ["Widening", "evolve", "mapping_of", "nullable_schema", "schema_changes", "widening"]
 
 log = logging.getLogger("ingest.sink")
 
@@ -76,7 +78,27 @@ def evolve(uri: str, table: DeltaTable, schema: pa.Schema) -> bool:
     if not added:
         return False
     log.info("%s: adding columns %s", uri, [f.name for f in added])
-    table.alter.add_columns(added)
+    if mapping_of(table) is None:
+        table.alter.add_columns(added)
+        return True
+    # delta-rs's ALTER refuses a table with column mapping ("Column mapping is not supported
+    # for write operation 'ADD COLUMN'"): the ids and physical names are given here, the
+    # table's maxColumnId raised first (raise_if_not_exists=False: delta-rs's property
+    # check does not know the key), then the schema written by a commit that removes nothing.
+    configuration = table.metadata().configuration
+    fields, last = mapped_fields(
+        [json.loads(f.to_json()) for f in added],
+        max_column_id(table.schema().to_json(), configuration),
+    )
+    table.alter.set_table_properties({MAX_COLUMN_ID: str(last)}, raise_if_not_exists=False)
+    how = widening(table, [Field.from_json(json.dumps(f)) for f in fields])
+    table.create_write_transaction(
+        [],
+        how.mode,
+        how.schema,
+        partition_by=list(table.metadata().partition_columns) or None,
+        partition_filters=how.partition_filters,
+    )
     return True
 
 
@@ -99,5 +121,8 @@ def widening(table: DeltaTable, added: list[Field]) -> Widening:
     return Widening("overwrite", Schema([*schema.fields, *added]), [(first, "in", [])])
 
 
-def column_mapping(table: DeltaTable) -> bool:
-    return table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none"
+def mapping_of(table: DeltaTable | None) -> ColumnMapping | None:
+    """The column mapping of ``table`` (None: none, or no table yet)."""
+    if table is None:
+        return None
+    return ColumnMapping.of(table.schema().to_json(), table.metadata().configuration)

@@ -6,8 +6,9 @@ path may not honour. ingest writes Parquet with pyarrow and commits add actions
 the rows), or MERGEs with delta-rs (upsert). Measured with Delta Spark 4.4 and
 delta-rs 1.6.6 (tests/delta/test_interop.py):
 
-- column mapping (name or id): our files carry logical column names, so Spark
-  reads every appended row as nulls. A delta-rs MERGE writes physical names: fine.
+- column mapping (name or id): the files ingest writes with pyarrow carry each column's
+  physical name and Parquet field id, nested fields too, and their statistics and partition
+  values go by physical names (``mapping.py``); a delta-rs MERGE does the same.
 - generated columns: appended files lack them (Spark reads nulls, which break the
   generation rule); a delta-rs MERGE computes them.
 - CHECK constraints and NOT NULL columns: the add-actions path never checks rows,
@@ -136,13 +137,11 @@ FEATURES: Mapping[str, FeatureRule] = {
         test=_INTEROP + "test_generated_columns_and_check_constraints",
     ),
     "columnMapping": FeatureRule(
-        append=False,
+        append=True,
         upsert=True,
-        compact=False,
-        overwrite=False,
-        why="the Parquet files ingest writes with pyarrow (appends, compaction, an overwrite's "
-        "cut) carry logical column names where the table expects physical ones (Spark would "
-        "read every such row as nulls)",
+        compact=True,
+        overwrite=True,
+        why="",
         test=_INTEROP + "test_column_mapping",
     ),
     "deletionVectors": FeatureRule(

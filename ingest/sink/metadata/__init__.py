@@ -1,0 +1,3 @@
+"""What a Delta table's protocol and metaData ask of ingest's writes: the table features it
+writes through or refuses (``features``), the columns a batch may add (``evolution``), and
+the physical names and field ids of column mapping (``mapping``)."""
