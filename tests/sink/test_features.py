@@ -41,3 +41,65 @@ def test_every_rule_names_a_test_and_every_refusal_a_reason() -> None:
         assert "::test_" in rule.test, name
         refused = not all(rule.allows(use) for use in USES)
         assert bool(rule.why) == refused, name
+
+
+# Features refused for every use because delta-rs (1.6.6) refuses any write to a table that
+# lists them: each table here is a hand-written log of the feature alone (reader features
+# where the protocol makes it one), and a delta-rs append of one file must fail naming it.
+# When an upgrade of delta-rs makes one of these pass, its rule can be revisited.
+# (v2Checkpoint is not among them: delta-rs 1.6.6 appends to such a table.)
+UPSTREAM_REFUSED = {
+    "rowTracking": ("RowTracking", False),
+    "domainMetadata": ("DomainMetadata", False),
+    "inCommitTimestamp": ("InCommitTimestamp", False),
+    "clustering": ("ClusteredTable", False),
+    "typeWidening": ("TypeWidening", True),
+    "vacuumProtocolCheck": ("VacuumProtocolCheck", True),
+}
+
+
+@pytest.mark.parametrize("feature", sorted(UPSTREAM_REFUSED))
+def test_delta_rs_refuses_to_write_a_table_with_the_feature(tmp_path: Path, feature: str) -> None:
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake.transaction import AddAction
+
+    rust_name, reader = UPSTREAM_REFUSED[feature]
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    schema = {
+        "type": "struct",
+        "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}],
+    }
+    actions = [
+        {"commitInfo": {"timestamp": 1795900000000, "operation": "CREATE TABLE"}},
+        {
+            "protocol": {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": [feature] if reader else [],
+                "writerFeatures": [feature],
+            }
+        },
+        {
+            "metaData": {
+                "id": "6f1c2a3e-0000-4000-8000-000000000003",
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": 1795900000000,
+            }
+        },
+    ]
+    (log / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    pq.write_table(pa.table({"id": pa.array([1], pa.int64())}), tmp_path / "a.parquet")
+    size = os.path.getsize(tmp_path / "a.parquet")
+    table = DeltaTable(str(tmp_path))
+    with pytest.raises(Exception, match=rf"Unsupported table features required: \[.*{rust_name}"):
+        table.create_write_transaction(
+            [AddAction("a.parquet", size, {}, 1795900000000, True, None)], "append", table.schema()
+        )
+    assert FEATURES[feature].why and not any(FEATURES[feature].allows(u) for u in USES)

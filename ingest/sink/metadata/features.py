@@ -194,7 +194,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=False,
         overwrite=False,
-        why="row ids and commit versions are not assigned by delta-rs's commits",
+        why="the writer must assign row ids and commit versions; delta-rs 1.6.6 refuses any "
+        "write to such a table ('Unsupported table features required: [RowTracking]', upstream "
+        "limit)",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "domainMetadata": FeatureRule(
@@ -202,8 +204,8 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=False,
         overwrite=False,
-        why="it comes with clustering or row tracking, whose domains delta-rs's commits "
-        "do not keep",
+        why="delta-rs 1.6.6 refuses any write to such a table ('Unsupported table features "
+        "required: [DomainMetadata]', upstream limit); it comes with clustering and row tracking",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "clustering": FeatureRule(
@@ -211,7 +213,8 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=False,
         overwrite=False,
-        why="liquid clustering's metadata is not kept by delta-rs's commits",
+        why="delta-rs 1.6.6 refuses any write to a clustered table ('Unsupported table "
+        "features required: [ClusteredTable]', upstream limit)",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "inCommitTimestamp": FeatureRule(
@@ -219,7 +222,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=False,
         overwrite=False,
-        why="every commit must carry an in-commit timestamp; delta-rs 1.6 writes none",
+        why="every commit must carry an in-commit timestamp; delta-rs 1.6.6 refuses any write "
+        "to such a table ('Unsupported table features required: [InCommitTimestamp]', upstream "
+        "limit)",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "v2Checkpoint": FeatureRule(
@@ -227,7 +232,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=False,
         overwrite=False,
-        why="delta-rs 1.6 neither reads nor writes v2 checkpoints",
+        why="delta-rs 1.6.6 appends to such a table, but the checkpoints it writes (ingest "
+        "maintain, every delta.checkpointInterval commits) are classic ones without the "
+        "checkpointMetadata action of a v2 checkpoint; not tested against Delta Spark",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "typeWidening": FeatureRule(
@@ -235,7 +242,8 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=False,
         overwrite=False,
-        why="files older than a widening hold the narrower type; not tested with ingest",
+        why="delta-rs 1.6.6 neither reads such a table (reader feature not supported) nor "
+        "writes to it ('Unsupported table features required: [TypeWidening]', upstream limit)",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
 }
