@@ -52,7 +52,7 @@ from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, DataFileWriter, Source, sources_of
 from ingest.sink.maintenance.rewrite import partition_text
 from ingest.sink.metadata.evolution import mapping_of
-from ingest.sink.metadata.mapping import ColumnMapping
+from ingest.sink.metadata.mapping import ColumnMapping, logical, physical_name
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import guard_transaction
 
@@ -204,7 +204,7 @@ def compact(
             AddAction(
                 f.path,
                 f.size,
-                {_physical(mapping, k): v for k, v in f.partition_values},
+                {physical_name(mapping, k): v for k, v in f.partition_values},
                 f.modification_time,
                 False,
                 f.stats,
@@ -245,10 +245,6 @@ def compact(
     return Compaction(version, len(removes), len(written), rows, read)
 
 
-def _physical(mapping: ColumnMapping | None, name: str) -> str:
-    return name if mapping is None else mapping.physical_name(name)
-
-
 def _write_bin(
     location: TableLocation,
     opened: tuple[Any, str],
@@ -274,7 +270,7 @@ def _write_bin(
                 described.append(None if raw is None else DataFile.from_json(raw).sources)
                 for group in range(parquet.num_row_groups):
                     part = _aligned(parquet.read_row_group(group), schema)
-                    sources = sources_of(part if mapping is None else mapping.logical(part))
+                    sources = sources_of(logical(mapping, part))
                     complete = complete and (bool(sources) or part.num_rows == 0)
                     found.extend(sources)
                     writer.write(part)

@@ -38,7 +38,7 @@ from deltalake.transaction import RemoveAction
 from ingest.errors import SinkError
 from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, sources_of, write_data_file
-from ingest.sink.metadata.mapping import ColumnMapping
+from ingest.sink.metadata.mapping import ColumnMapping, logical, physical_name
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import advances
 
@@ -91,7 +91,7 @@ def cut_ranges(
             if described is not None
             else tuple(
                 (
-                    _physical_name(column.removeprefix("partition."), mapping),
+                    physical_name(mapping, column.removeprefix("partition.")),
                     partition_text(entry[column]),
                 )
                 for column in partition_columns
@@ -217,10 +217,6 @@ def in_ranges(rows: pa.Table, ranges: Mapping[Partition, tuple[int, int]]) -> An
     return inside if inside is not None else pa.array(np.zeros(rows.num_rows, bool))
 
 
-def _logical(rows: pa.Table, mapping: ColumnMapping | None) -> pa.Table:
-    return rows if mapping is None else mapping.logical(rows)
-
-
 _KEYS = {"topic": pa.string(), "partition": pa.int32(), "offset": pa.int64()}
 
 
@@ -230,17 +226,12 @@ def _keys(
     """A data file's rows by logical names, with its topic, partition and offset columns:
     a partition column is not in the file, its value is the file's (``partition_values``,
     by logical name)."""
-    logical = _logical(rows, mapping)
+    keyed = logical(mapping, rows)
     for name, kind in _KEYS.items():
-        if name not in logical.column_names and name in partition_values:
-            value = partition_values[name]
-            column = pa.array([value] * rows.num_rows).cast(kind)
-            logical = logical.append_column(name, column)
-    return logical
-
-
-def _physical_name(name: str, mapping: ColumnMapping | None) -> str:
-    return name if mapping is None else mapping.physical_name(name)
+        if name not in keyed.column_names and name in partition_values:
+            column = pa.repeat(pa.scalar(partition_values[name]), rows.num_rows).cast(kind)
+            keyed = keyed.append_column(name, column)
+    return keyed
 
 
 def _read(opened: tuple[pafs.FileSystem, str], path: str) -> pa.Table:
@@ -268,7 +259,7 @@ def _write_remainder(
         relative,
         remaining,
         partition_values=partition_values,
-        sources=sources_of(_logical(remaining, mapping)),
+        sources=sources_of(logical(mapping, remaining)),
         opened=opened,
     )
 

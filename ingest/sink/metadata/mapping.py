@@ -36,8 +36,10 @@ __all__ = [
     "MappedField",
     "Shape",
     "covering",
+    "logical",
     "mapped_fields",
     "max_column_id",
+    "physical_name",
 ]
 
 MODE = "delta.columnMapping.mode"
@@ -174,6 +176,16 @@ class ColumnMapping:
             fields.append(target)
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=pa.schema(fields, table.schema.metadata))
+
+
+def physical_name(mapping: ColumnMapping | None, name: str) -> str:
+    """``mapping.physical_name(name)``; ``name`` itself for a table without column mapping."""
+    return name if mapping is None else mapping.physical_name(name)
+
+
+def logical(mapping: ColumnMapping | None, rows: pa.Table) -> pa.Table:
+    """``mapping.logical(rows)``; ``rows`` themselves for a table without column mapping."""
+    return rows if mapping is None else mapping.logical(rows)
 
 
 def covering(mapping: ColumnMapping | None, names: Sequence[str]) -> tuple[Any, ...] | None:
