@@ -15,7 +15,9 @@ source partition. The loop it runs, until the commit lands or gives up:
 3. Keep only txn versions above the table's (never move a version back). With
    no file and no txn left, the batch is already durable: nothing is committed.
 4. Check that every file exists with its size (delta-rs does not), commit, adding the
-   batch's new columns to the schema in the same commit (``evolution.py``).
+   batch's new columns to the schema in the same commit (``evolution.py``). A table
+   delta-rs cannot write (row tracking, clustering...) commits through the batch's
+   ``TableCommitter`` instead: Delta Spark's transaction (``features.through_delta_spark``).
 5. ``CommitFailedError`` (a concurrent transaction conflicted, e.g. one that
    wrote the same app ids) or a lost creation race: back off and go to 1.
 
@@ -26,9 +28,8 @@ from each attempt's snapshot). The txn versions never move back, and every
 partition's txn is written even when its version stays, so a concurrent writer
 of the same partitions conflicts with the replacement instead of racing it.
 
-A commit that gives up deletes the files it would have added, so a lost race
-leaves no orphans behind. The committed version is found in the history by a
-token the commit carries in its commitInfo (``ingest.commit``).
+A commit that gives up deletes the files it would have added (no orphans); a commit's
+version is found by the token its commitInfo carries (``ingest.commit``).
 """
 
 from __future__ import annotations
@@ -58,10 +59,12 @@ from ingest.sink.metadata.evolution import (
     schema_changes,
     widening,
 )
+from ingest.sink.metadata.features import Use, through_delta_spark
 from ingest.sink.metadata.mapping import ColumnMapping, covering
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import (
     COMMIT_TOKEN_KEY,
+    TableCommitter,
     commit_properties,
     newer_txns,
     or_minus_one,
@@ -110,8 +113,11 @@ class DeltaTarget:
         max_attempts: int = 20,
         backoff_seconds: float = 0.05,
         max_backoff_seconds: float = 2.0,
+        committer: TableCommitter | None = None,
     ) -> None:
         self.location = location
+        # Commits for a table delta-rs cannot write (Delta Spark's transaction), if any.
+        self.committer = committer
         self.partition_by = tuple(partition_by)
         # The table properties (``delta.*`` configuration) a table created here gets.
         self.properties = {**CREATED_TABLE_PROPERTIES, **dict(properties or {})}
@@ -126,8 +132,6 @@ class DeltaTarget:
     @property
     def uri(self) -> str:
         return self.location.uri
-
-    # -- reading -----------------------------------------------------------------------
 
     def load(self) -> DeltaTable | None:
         """The table's latest snapshot (None: no table yet). The target keeps it and brings
@@ -178,8 +182,6 @@ class DeltaTarget:
                 f"{self.uri} is partitioned by {list(existing)}, the configuration says "
                 f"{list(self.partition_by)}"
             )
-
-    # -- committing --------------------------------------------------------------------
 
     def create_empty(self, schema: pa.Schema) -> None:
         """Creates the table with no data and no txn, its partitioning and its
@@ -255,6 +257,10 @@ class DeltaTarget:
                     continue  # reload: the data goes through the conflict-checked path
                 added = schema_changes(table.schema(), schema)
                 mapped = mapping_of(table)
+                committer = self.committer_for(table)
+                if added and committer is not None:
+                    committer.add_columns(self.uri, Schema(added).to_json())
+                    continue  # reload: commit on the evolved snapshot
                 if added and mapped is not None:
                     try:
                         evolve(self.uri, table, schema)
@@ -263,10 +269,17 @@ class DeltaTarget:
                     continue  # reload: commit on the evolved snapshot
                 self._check_mapping(pending, schema, mapped, mapping)
                 in_doubt = True
-                token = self._try_commit(
-                    table, [f.add_action() for f in pending], wanted, attempt, "commit", added
-                )
-                if token is None:
+                adds = [f.add_action() for f in pending]
+                if committer is not None:
+                    version = committer.commit(
+                        self.uri, adds, wanted, read_version=table.version(), read_txns=current
+                    )
+                    if version is None:
+                        self.backoff(attempt)
+                else:
+                    token = self._try_commit(table, adds, wanted, attempt, "commit", added)
+                    version = None if token is None else self.version_of(token)
+                if version is None:
                     in_doubt = False
                     continue
                 break
@@ -280,7 +293,7 @@ class DeltaTarget:
             else:
                 self.location.delete(f.path for f in pending)
             raise
-        return self._committed(token, pending, {**current, **wanted}, attempt, dropped)
+        return self._committed(version, pending, {**current, **wanted}, attempt, dropped)
 
     def commit_replacing(
         self,
@@ -363,19 +376,21 @@ class DeltaTarget:
             len(removes),
             sum(f.rows for f in pending),
         )
-        return self._committed(token, pending, {**current, **wanted}, attempt, replaced)
+        return self._committed(
+            self.version_of(token), pending, {**current, **wanted}, attempt, replaced
+        )
 
     def _committed(
         self,
-        token: str,
+        version: int,
         files: Sequence[DataFile],
         txn_versions: Mapping[str, int | None],
         attempts: int,
         dropped_rows: int,
     ) -> CommitOutcome:
-        """The outcome of a commit that went through (found again by its token)."""
+        """The outcome of a commit that went through, as ``version``."""
         return CommitOutcome(
-            version=self.version_of(token),
+            version=version,
             files=tuple(files),
             rows=sum(f.rows for f in files),
             txn_versions=txn_versions,
@@ -429,8 +444,6 @@ class DeltaTarget:
             [], txns, schema, planned=dict.fromkeys(txns), app_id_of=lambda t, p: ""
         )
 
-    # -- helpers -----------------------------------------------------------------------
-
     def backoff(self, attempt: int) -> None:
         """Waits before attempt ``attempt + 1`` (exponential, jittered, capped)."""
         ceiling = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempt - 1))
@@ -445,6 +458,15 @@ class DeltaTarget:
                 if entry.get(COMMIT_TOKEN_KEY) == token:
                     return int(entry["version"])
         raise SinkError(f"{self.uri}: committed, but the commit is not in the last 50 versions")
+
+    def committer_for(self, table: DeltaTable, use: Use = "append") -> TableCommitter | None:
+        """Delta Spark's transaction for a table delta-rs cannot write, else None."""
+        features = through_delta_spark(table, use)
+        if not features:
+            return None
+        if self.committer is None:  # check_table refused it before the batch, mostly
+            raise SinkError(f"{self.uri}: {features} need the Spark engine")
+        return self.committer
 
     def _check_mapping(
         self,

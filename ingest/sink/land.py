@@ -83,7 +83,7 @@ from ingest.sink.metadata.features import check_table
 from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN, TableConfig
-from ingest.sink.txn import app_id, or_minus_one
+from ingest.sink.txn import TableCommitter, app_id, or_minus_one
 
 __all__ = [
     "STAGING",
@@ -114,6 +114,8 @@ class Batch:
     # Replace the rows the tables hold in the batch's offset ranges (replay --overwrite)
     # instead of skipping the offsets they already hold.
     overwrite: bool = False
+    # The engine's commit for a table delta-rs cannot write (Delta Spark's transaction).
+    committer: TableCommitter | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "segments", tuple(self.segments))
@@ -248,6 +250,7 @@ class _Landing:
             TableLocation.of(config.uri, config.storage_options),
             partition_by=config.partition_by,
             properties=config.properties,
+            committer=batch.committer,
         )
         self.dead = DeltaTarget(TableLocation.of(config.dead_letters, config.dead_letter_options))
         self.apps = {key: app_id(config.uri, config.group, *key) for key in batch.partitions()}
@@ -325,7 +328,12 @@ class _Landing:
         batch is filtered with."""
         table = self.main.load()
         # A feature turned on since the run started stops it before this batch writes.
-        check_table(self.config.uri, table, "upsert" if self.upserting else "append")
+        check_table(
+            self.config.uri,
+            table,
+            "upsert" if self.upserting else "append",
+            delta_spark=self.batch.committer is not None,
+        )
         if self.batch.overwrite:
             check_table(self.config.uri, table, "overwrite")
         self.main.check_partitioning(table)

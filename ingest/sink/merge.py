@@ -42,15 +42,22 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import Schema
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import ConfigError, SinkError
 from ingest.sink.delta import CommitOutcome, DeltaTarget
 from ingest.sink.files import DataFile
-from ingest.sink.metadata.evolution import evolve, nullable_schema
+from ingest.sink.metadata.evolution import evolve, nullable_schema, schema_changes
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN
-from ingest.sink.txn import commit_properties, newer_txns
+from ingest.sink.txn import (
+    MergeClauses,
+    MergeDone,
+    TableCommitter,
+    commit_properties,
+    newer_txns,
+)
 
 __all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert", "upsert_source"]
 
@@ -189,6 +196,11 @@ def upsert(
         if table is None:
             target.create_empty(schema)
             continue
+        committer = target.committer_for(table, "upsert")
+        if committer is not None:
+            return _through_delta_spark(
+                target, committer, source, schema, merge_keys, txns, app_id_of
+            )
         current = DeltaTarget.versions_in(table, list(txns))
         rows = latest_per_key(_refilter(source, current, app_id_of), merge_keys)
         wanted = newer_txns(txns, current)
@@ -250,3 +262,95 @@ def upsert(
             deleted_rows=int(metrics.get("num_target_rows_deleted", 0)),
         )
     raise SinkError(f"{target.uri}: no merge after {target.max_attempts} attempts")
+
+
+def _clauses(
+    merge_keys: Sequence[str], columns: Sequence[str], deleting: bool, txn: tuple[str, int]
+) -> MergeClauses:
+    """The MERGE of the module docstring, for Delta Spark."""
+    if not deleting:
+        return MergeClauses(
+            merge_predicate(merge_keys), UPDATE_WHEN, None, None, tuple(columns), txn
+        )
+    return MergeClauses(
+        merge_predicate(merge_keys),
+        f"NOT {_DELETE} AND ({UPDATE_WHEN})",
+        f"{_DELETE} AND ({UPDATE_WHEN})",
+        f"NOT {_DELETE}",
+        tuple(columns),
+        txn,
+    )
+
+
+def _through_delta_spark(
+    target: DeltaTarget,
+    committer: TableCommitter,
+    source: pa.Table,
+    schema: pa.Schema,
+    merge_keys: Sequence[str],
+    txns: Mapping[str, int],
+    app_id_of: Callable[[str, int], str],
+) -> CommitOutcome:
+    """The upsert of a table only Delta Spark writes: Delta Spark's MERGE, whose commit
+    carries one txn action (its idempotent-DML confs take one app id), so one MERGE per
+    partition, each with that partition's rows and txn: every partition's rows and its txn
+    version land in one commit, as in the batch's single commit elsewhere. A partition whose
+    rows all lie at or below its txn version commits its txn alone."""
+    deleting = DELETE_COLUMN in source.schema.names
+    pairs = source.select(["topic", "partition"]).to_pylist()
+    apps = pa.array([app_id_of(p["topic"], p["partition"]) for p in pairs], pa.string())
+    done = MergeDone(-1, 0, 0, 0)
+    versions: dict[str, int | None] = {}
+    merged = attempts = 0
+    for app in sorted(txns):
+        for attempt in range(1, target.max_attempts + 1):
+            attempts += 1
+            table = target.load()
+            assert table is not None
+            current = DeltaTarget.versions_in(table, [app])
+            versions[app] = current[app]
+            if not newer_txns({app: txns[app]}, current):
+                break
+            added = schema_changes(table.schema(), schema)
+            if added:
+                committer.add_columns(target.uri, Schema(added).to_json())
+                continue
+            mine = source.filter(pc.equal(apps, app))
+            rows = latest_per_key(_refilter(mine, current, app_id_of), merge_keys)
+            result: MergeDone | None
+            if rows.num_rows:
+                clauses = _clauses(merge_keys, schema.names, deleting, (app, txns[app]))
+                result = committer.merge(target.uri, rows, clauses)
+            else:
+                version = committer.commit(
+                    target.uri,
+                    [],
+                    {app: txns[app]},
+                    read_version=table.version(),
+                    read_txns=current,
+                )
+                result = None if version is None else MergeDone(version, 0, 0, 0)
+            if result is None:
+                target.backoff(attempt)
+                continue
+            versions[app] = txns[app]
+            merged += rows.num_rows
+            done = MergeDone(
+                max(done.version, result.version),
+                done.inserted + result.inserted,
+                done.updated + result.updated,
+                done.deleted + result.deleted,
+            )
+            break
+        else:
+            raise SinkError(f"{target.uri}: no merge after {target.max_attempts} attempts")
+    return CommitOutcome(
+        None if done.version < 0 else done.version,
+        (),
+        done.inserted + done.updated,
+        versions,
+        attempts,
+        committed=done.version >= 0,
+        dropped_rows=source.num_rows - merged,
+        deleted_rows=done.deleted,
+    )

@@ -25,8 +25,10 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
@@ -35,6 +37,9 @@ from ingest.sink.storage import normalize_uri
 __all__ = [
     "COMMIT_TOKEN_KEY",
     "REWRITE_GUARD",
+    "MergeClauses",
+    "MergeDone",
+    "TableCommitter",
     "advances",
     "app_id",
     "commit_properties",
@@ -51,6 +56,64 @@ COMMIT_TOKEN_KEY = "ingest.commit"
 # The app id of the txn every commit that removes a snapshot's files carries (see
 # ``guard_transaction`` below); no partition's app id can be spelled so.
 REWRITE_GUARD = "ingest:rewrite-guard"
+
+
+@dataclass(frozen=True)
+class MergeClauses:
+    """An upsert's MERGE (``merge.py`` spells it): source ``s``, target ``t``; the
+    ``columns`` it writes; ``delete_when``: None when no row deletes; ``txn``: the one txn
+    action (app id, version) its commit carries."""
+
+    on: str
+    update_when: str
+    delete_when: str | None
+    insert_when: str | None
+    columns: tuple[str, ...]
+    txn: tuple[str, int]
+
+
+@dataclass(frozen=True)
+class MergeDone:
+    """A MERGE's commit: its version, and the rows it inserted, updated and deleted."""
+
+    version: int
+    inserted: int
+    updated: int
+    deleted: int
+
+
+class TableCommitter(Protocol):
+    """Another writer's transaction that commits a batch's files and txn actions, for a
+    table whose features delta-rs cannot write (``metadata/features.through_delta_spark``):
+    Delta Spark's, in the driver JVM (``ingest/engines/spark/delta_commit.py``). The
+    engine that has one hands it to the batch (``land.Batch.committer``)."""
+
+    def commit(
+        self,
+        uri: str,
+        adds: Sequence[AddAction],
+        txns: Mapping[str, int],
+        *,
+        read_version: int,
+        read_txns: Mapping[str, int | None],
+    ) -> int | None:
+        """Commits ``adds`` with ``txns`` (app id -> version) in one transaction, if the
+        table is still at ``read_version`` with the txn versions ``read_txns`` the files
+        were filtered with: the committed version; None when a concurrent commit won
+        (the caller reloads and tries again)."""
+        ...
+
+    def merge(self, uri: str, rows: pa.Table, clauses: MergeClauses) -> MergeDone | None:
+        """MERGEs ``rows`` into the table as ``clauses`` say, in one commit that carries
+        ``clauses.txn`` (one partition's app id and version): what it did; None when a
+        concurrent commit won (the caller reloads and tries again)."""
+        ...
+
+    def add_columns(self, uri: str, schema_json: str) -> None:
+        """Adds the columns of ``schema_json`` (a Delta struct type) to the table, as
+        Delta Spark's ALTER TABLE ADD COLUMNS does (new physical names and ids under
+        column mapping)."""
+        ...
 
 
 def app_id(table_uri: str, group: str, topic: str, partition: int) -> str:

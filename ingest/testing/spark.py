@@ -32,6 +32,9 @@ def local_spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
+        # A test table's log is small: its snapshot in one task, not Delta's 50 (each
+        # Delta Spark statement rebuilds one; 50 tasks took seconds each on 2 cores).
+        .config("spark.databricks.delta.snapshotPartitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
         # Spark 4 writes INT96 timestamps by default; Delta readers want micros.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")

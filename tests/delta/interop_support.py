@@ -66,10 +66,12 @@ def create_spark_table(
     partitioned: bool = False,
     generated: bool = False,
     constraint: str | None = None,
+    cluster_by: str | None = None,
     seed: bool = True,
 ) -> None:
     """A table created by Delta Spark with ingest's columns (plus ``id2`` GENERATED ALWAYS
-    AS (id * 2) with ``generated``), ``properties``, a CHECK ``constraint``, and with
+    AS (id * 2) with ``generated``), ``properties``, a CHECK ``constraint``, clustered
+    by ``cluster_by``, and with
     ``seed`` Spark's own rows (``SPARK_IDS``, one INSERT: one file)."""
     from delta.tables import DeltaTable as SparkDeltaTable
 
@@ -80,6 +82,8 @@ def create_spark_table(
         builder = builder.property(key, value)
     if partitioned:
         builder = builder.partitionedBy("partition")
+    if cluster_by is not None:
+        builder = builder.clusterBy(cluster_by)
     builder.execute()
     if constraint is not None:
         spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT c CHECK ({constraint})")

@@ -15,9 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
 from ingest.sink.maintenance.compact import compact, live_files, vector_paths
 from ingest.sink.metadata.features import UnsupportedTableFeature, check_table
@@ -222,6 +221,100 @@ def test_column_mapping(broker: KafkaCluster, topic: str, spark: Any, tmp_path: 
     assert spark_rows(spark, by_id, "count(*)") == [(len(appended_rows()),)]
 
 
+# What a managed platform's table may carry at once: deletion vectors, column mapping, row
+# tracking, in-commit timestamps, clustering (with domain metadata), v2 checkpoints (one
+# after every commit, so that delta-rs's loads read them) and vacuumProtocolCheck.
+_PLATFORM = {
+    "delta.enableDeletionVectors": "true",
+    "delta.columnMapping.mode": "name",
+    "delta.enableRowTracking": "true",
+    "delta.enableInCommitTimestamps": "true",
+    "delta.checkpointPolicy": "v2",
+    "delta.checkpointInterval": "1",
+    "delta.feature.vacuumProtocolCheck": "supported",
+}
+
+
+def _commit_infos(table: Path) -> dict[int, dict[str, Any]]:
+    infos = {}
+    for entry in sorted((table / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                infos[int(entry.stem)] = action["commitInfo"]
+    return infos
+
+
+def test_delta_spark_features(broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path) -> None:
+    """A table as a platform makes it (``_PLATFORM``, clustered by id, `v` renamed to `text`,
+    `timestamp_type` dropped, rows deleted with a deletion vector) takes ``ingest run`` appends
+    through Delta Spark's transaction: the transform's `timestamp_type` comes back through
+    Delta Spark's ALTER, Spark reads every row and every value of `text` exact at every
+    version, each row has its own row id, each commit its in-commit timestamp, the clustering
+    stays, delta-rs reads the v2 checkpoints, and Spark writes after us."""
+    table, upserted = tmp_path / "platform", tmp_path / "upsert"
+    for made in (table, upserted):
+        create_spark_table(spark, made, properties=_PLATFORM, cluster_by="id")
+        spark.sql(f"ALTER TABLE delta.`{made}` RENAME COLUMN v TO text")
+        spark.sql(f"ALTER TABLE delta.`{made}` DROP COLUMN timestamp_type")
+        spark.sql(f"DELETE FROM delta.`{made}` WHERE id IN (1001, 1003)")
+    kept = tuple(i for i in SPARK_IDS if i not in (1001, 1003))
+    first = DeltaTable(str(table)).version() + 1
+    features = DeltaTable(str(table)).protocol().writer_features or []
+    for feature in ("rowTracking", "domainMetadata", "clustering", "inCommitTimestamp"):
+        assert feature in features, features
+
+    outcome = _run(
+        spark,
+        tmp_path,
+        broker,
+        topic,
+        table,
+        sections={"table": {"transform": _RENAMED}, "maintenance": {"enabled": True}},
+    )
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, table, "id, text") == appended_rows(kept)
+    by_offset = spark_rows(spark, table, "partition, offset, timestamp_type")
+    assert by_offset == sorted(
+        [(-1, i, None) for i in kept] + [(n % 2, n // 2, 0) for n in range(COUNT)]
+    )
+    row_ids = spark_rows(spark, table, "_metadata.row_id, _metadata.row_commit_version")
+    assert len({r for r, _ in row_ids}) == len(row_ids) and None not in {r for r, _ in row_ids}
+    latest = DeltaTable(str(table)).version()
+    assert {v for _, v in row_ids} - set(range(latest + 1)) == set()
+    infos = _commit_infos(table)
+    ours = [v for v in range(first, latest + 1) if infos[v]["operation"] == "WRITE"]
+    assert ours, infos
+    for version in ours:
+        assert infos[version]["inCommitTimestamp"] > 0 and infos[version]["isBlindAppend"]
+    for version in range(first, latest + 1):  # every version reads what it held
+        assert len(spark_rows(spark, table, "id", versionAsOf=version)) >= len(kept)
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").collect()[0]
+    assert detail.clusteringColumns == ["id"]
+    # Delta Spark's post-commit hook wrote a v2 checkpoint (a JSON manifest and sidecars)
+    # after our commit; delta-rs loads the table from it.
+    assert list((table / "_delta_log").glob(f"{latest:020d}.checkpoint.*.json"))
+    assert list((table / "_delta_log" / "_sidecars").iterdir())
+    assert DeltaTable(str(table)).version() == latest
+
+    spark.sql(f"INSERT INTO delta.`{table}` (id, text) VALUES (5000, 'after')")
+    spark.sql(f"OPTIMIZE delta.`{table}`")
+    assert spark_rows(spark, table, "id, text") == sorted([*appended_rows(kept), (5000, "after")])
+
+    # Upsert: one Delta Spark MERGE per partition, each carrying its partition's txn.
+    upsert = {"table": {"transform": _RENAMED, "tombstones": "ignore"}}
+    outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert", sections=upsert)
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, upserted, "id, text") == upserted_rows(kept)
+    merges = [i for i in _commit_infos(upserted).values() if i["operation"] == "MERGE"]
+    assert len(merges) == 2 and all(i["inCommitTimestamp"] > 0 for i in merges)
+    row_ids = spark_rows(spark, upserted, "_metadata.row_id")
+    assert len(set(row_ids)) == len(row_ids) == len(upserted_rows(kept))
+    again = _run(spark, tmp_path, broker, topic, upserted, mode="upsert", sections=upsert)
+    assert again.exit_code == 0, again.message  # a new group: every record again, same rows
+    assert spark_rows(spark, upserted, "id, text") == upserted_rows(kept)
+
+
 def _wall_clock(n: int) -> str:
     return f"2026-01-{1 + n % 3:02d}T{n % 24:02d}:30:00"
 
@@ -333,31 +426,10 @@ REFUSED = {
     "notNull": ("append", "id BIGINT NOT NULL, v STRING", ""),
     "appendOnly": ("upsert", "id BIGINT, v STRING", "TBLPROPERTIES ('delta.appendOnly' = 'true')"),
     "identityColumns": ("append", "id BIGINT GENERATED ALWAYS AS IDENTITY, v STRING", ""),
-    "rowTracking": (
-        "append",
-        "id BIGINT, v STRING",
-        "TBLPROPERTIES ('delta.enableRowTracking' = 'true')",
-    ),
-    "inCommitTimestamp": (
-        "append",
-        "id BIGINT, v STRING",
-        "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')",
-    ),
-    "v2Checkpoint": (
-        "append",
-        "id BIGINT, v STRING",
-        "TBLPROPERTIES ('delta.checkpointPolicy' = 'v2')",
-    ),
-    "clustering": ("append", "id BIGINT, v STRING", "CLUSTER BY (id)"),
     "typeWidening": (
         "append",
         "id BIGINT, v STRING",
         "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
-    ),
-    "vacuumProtocolCheck": (
-        "append",
-        "id BIGINT, v STRING",
-        "TBLPROPERTIES ('delta.feature.vacuumProtocolCheck' = 'supported')",
     ),
 }
 
@@ -381,11 +453,6 @@ def test_refusals_name_the_feature(broker: KafkaCluster, spark: Any, tmp_path: P
         )
         with pytest.raises(UnsupportedTableFeature, match=f"table feature '{feature}'"):
             check_tables(config(path))
-    # The upstream limit the vacuumProtocolCheck rule names: if delta-rs writes, revisit it.
-    with pytest.raises(Exception, match=r"Unsupported table features required: \[VacuumProtoc"):
-        write_deltalake(
-            str(tmp_path / "vacuumProtocolCheck"), pa.table({"id": [1], "v": ["x"]}), mode="append"
-        )
     # The same tables in the mode each feature allows pass (appendOnly: appends).
     ok = write_config(
         tmp_path / "ok.toml",

@@ -32,6 +32,7 @@ from ingest.testing import (
 )
 from ingest.testing.faults import process_tree
 from tests.runtime.support import config, write_config
+from tests.sink.test_features import hand_written_table
 
 JSON = "id BIGINT, name STRING, at TIMESTAMP"
 
@@ -84,6 +85,16 @@ def test_engine_local_refuses_what_it_cannot_run(
     with pytest.raises(ConfigError) as info:
         choose_engine(SparkSection(master=master, engine="local"), table=table(**changes))
     assert why in str(info.value) and "spark.engine" in str(info.value)
+
+
+def test_a_table_only_delta_spark_commits_to_runs_on_spark(tmp_path: Path) -> None:
+    """Row tracking (like clustering, in-commit timestamps...): "auto" picks Spark, whose
+    driver commits through Delta Spark's transaction; "local" refuses, naming it."""
+    hand_written_table(tmp_path, "rowTracking", reader=False)
+    target = table(uri=str(tmp_path))
+    assert not isinstance(choose_engine(SparkSection(master="local[2]"), table=target), LocalEngine)
+    with pytest.raises(ConfigError, match=r"Delta Spark's transaction .*rowTracking"):
+        choose_engine(SparkSection(master="local[2]", engine="local"), table=target)
 
 
 def test_local_master_cores() -> None:

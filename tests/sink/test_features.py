@@ -14,6 +14,7 @@ from ingest.sink.metadata.features import (
     UnsupportedTableFeature,
     active_features,
     check_table,
+    through_delta_spark,
 )
 
 
@@ -58,15 +59,8 @@ UPSTREAM_REFUSED = {
 }
 
 
-@pytest.mark.parametrize("feature", sorted(UPSTREAM_REFUSED))
-def test_delta_rs_refuses_to_write_a_table_with_the_feature(tmp_path: Path, feature: str) -> None:
-    import os
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from deltalake.transaction import AddAction
-
-    rust_name, reader = UPSTREAM_REFUSED[feature]
+def hand_written_table(tmp_path: Path, feature: str, reader: bool) -> DeltaTable:
+    """A table whose protocol lists ``feature`` alone (a reader feature too with ``reader``)."""
     log = tmp_path / "_delta_log"
     log.mkdir()
     schema = {
@@ -95,11 +89,38 @@ def test_delta_rs_refuses_to_write_a_table_with_the_feature(tmp_path: Path, feat
         },
     ]
     (log / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    return DeltaTable(str(tmp_path))
+
+
+@pytest.mark.parametrize("feature", sorted(UPSTREAM_REFUSED))
+def test_delta_rs_refuses_to_write_a_table_with_the_feature(tmp_path: Path, feature: str) -> None:
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake.transaction import AddAction
+
+    rust_name, reader = UPSTREAM_REFUSED[feature]
+    table = hand_written_table(tmp_path, feature, reader)
     pq.write_table(pa.table({"id": pa.array([1], pa.int64())}), tmp_path / "a.parquet")
     size = os.path.getsize(tmp_path / "a.parquet")
-    table = DeltaTable(str(tmp_path))
     with pytest.raises(Exception, match=rf"Unsupported table features required: \[.*{rust_name}"):
         table.create_write_transaction(
             [AddAction("a.parquet", size, {}, 1795900000000, True, None)], "append", table.schema()
         )
     assert FEATURES[feature].why and not any(FEATURES[feature].allows(u) for u in USES)
+
+
+@pytest.mark.parametrize(
+    "feature", ["rowTracking", "domainMetadata", "inCommitTimestamp", "clustering", "v2Checkpoint"]
+)
+def test_appends_to_such_a_table_go_through_delta_spark(tmp_path: Path, feature: str) -> None:
+    table = hand_written_table(tmp_path, feature, reader=feature == "v2Checkpoint")
+    assert through_delta_spark(table) == [feature]
+    for use in ("append", "upsert"):
+        check_table(str(tmp_path), table, use, delta_spark=True)  # type: ignore[arg-type]
+        with pytest.raises(UnsupportedTableFeature, match="through Delta Spark's own transac"):
+            check_table(str(tmp_path), table, use)  # type: ignore[arg-type]
+    for use in ("compact", "overwrite"):
+        with pytest.raises(UnsupportedTableFeature, match=f"table feature '{feature}'"):
+            check_table(str(tmp_path), table, use, delta_spark=True)  # type: ignore[arg-type]

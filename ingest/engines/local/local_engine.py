@@ -15,11 +15,28 @@ from ingest.engines.local.task_pool import LocalFiles, LocalTasks, local_capable
 from ingest.errors import ConfigError
 from ingest.processes import TASK_MODULES, preload_in_fork_server, start_thread
 from ingest.sink.land import Batch, BatchResult
+from ingest.sink.maintenance.maintain import load_table
+from ingest.sink.metadata.features import through_delta_spark
+from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import TableConfig
 
 __all__ = ["LocalEngine", "local_cores"]
 
 log = logging.getLogger("ingest.supervisor.spark")
+
+
+def _spark_only(*tables: TableConfig) -> str:
+    """The features of the existing tables among ``tables`` that only Delta Spark's
+    transaction writes (``features.through_delta_spark``), as text; empty: none."""
+    found = []
+    for table in tables:
+        if "{topic}" in table.uri:
+            continue  # resolved per topic; a batch's check_table refuses such a table
+        existing = load_table(TableLocation.of(table.uri, table.storage_options))
+        features = through_delta_spark(existing)
+        if features:
+            found.append(f"{table.uri}: {', '.join(features)}")
+    return "; ".join(found)
 
 
 def local_cores(master: str) -> int | None:
@@ -57,7 +74,8 @@ class LocalEngine:
 
         cores = local_cores(section.master)
         capable = all(local_capable(t) for t in (table, *tables))
-        if cores is not None and capable:
+        spark_only = _spark_only(table, *tables)
+        if cores is not None and capable and not spark_only:
             for checked in (table, *tables):  # refused here rather than at a first batch
                 if checked.value_strategy is None:
                     local_decode_spec(checked)
@@ -68,6 +86,8 @@ class LocalEngine:
             why = (
                 f"spark.master {section.master!r} is not local"
                 if cores is None
+                else f"its table commits through Delta Spark's transaction ({spark_only})"
+                if spark_only
                 else "the table has a transform"
                 if table.transform
                 else "its value schema has a type only Spark can read into Arrow"

@@ -19,6 +19,7 @@ it again and ignores an archive that does not match.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.config import SparkSection
+from ingest.engines.spark.delta_commit import DeltaSparkCommitter
 from ingest.engines.spark.executorwatch import ExecutorWatch
 from ingest.engines.spark.jvmlog import JvmOutputRelay
 from ingest.errors import SinkError, SparkClusterLost, SparkStartError
@@ -302,6 +304,7 @@ class SparkEngine:
         self._owned = session is None
         self.started_in: float | None = None
         self._archive: ClassDataArchive | None = None
+        self._committer: DeltaSparkCommitter | None = None  # for tables delta-rs cannot write
         # Set by the CLI, whose process ends after the run: the JVM stops itself when its
         # stdin closes (running SparkContext's shutdown hook), so ``stop`` need not wait
         # for the Python-side stop (~1 s, measured).
@@ -316,6 +319,9 @@ class SparkEngine:
         from ingest.engines.spark.job import run_batch
 
         session = self.get()
+        if self._committer is None:
+            self._committer = DeltaSparkCommitter(session)
+        batch = dataclasses.replace(batch, committer=self._committer)
         if not self.section.master.startswith("spark://"):
             return run_batch(session, batch)
         with ExecutorWatch(session, float(self.section.executorless_timeout)) as watch:

@@ -50,7 +50,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from ingest.errors import ConfigError, SinkError
 from ingest.sink.maintenance.compact import Compaction, compact
-from ingest.sink.metadata.features import check_table
+from ingest.sink.metadata.features import check_table, through_delta_spark
 from ingest.sink.storage import TableLocation
 
 __all__ = [
@@ -204,6 +204,14 @@ def maintain(location: TableLocation, settings: MaintenanceSettings) -> Maintena
     if table is None:
         return MaintenanceReport(location.uri, skipped="no table yet")
     check_txn_retention(location, table)
+    spark_only = through_delta_spark(table)
+    if spark_only:
+        return MaintenanceReport(
+            location.uri,
+            skipped=f"{', '.join(spark_only)}: ingest commits to this table through Delta "
+            "Spark's transaction, whose commits write its checkpoints; compact and vacuum "
+            "it with Delta Spark (OPTIMIZE, VACUUM)",
+        )
     compaction = None
     if settings.compact:
         check_table(location.uri, table, "compact")

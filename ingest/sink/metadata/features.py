@@ -24,7 +24,12 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
 - appendOnly (``delta.appendOnly = true``): an upsert's MERGE removes files; it is
   refused (delta-rs only fails its commits over and over).
 - timestampNtz: written by delta-rs and by our pyarrow files alike (``timestamp[us]``).
-- vacuumProtocolCheck: delta-rs 1.6 refuses to write to such a table at all.
+- row tracking, domain metadata, clustering, in-commit timestamps, vacuumProtocolCheck
+  and v2 checkpoints: delta-rs 1.6.6 refuses to write to such a table (or, for v2
+  checkpoints, writes classic checkpoints). ingest appends to it by committing its
+  files and txn actions through Delta Spark's own transaction in the driver JVM
+  (``FeatureRule.delta_spark``; ``through_delta_spark`` names a table's such features),
+  which assigns row ids, timestamps and checkpoints as Delta Spark's writes do.
 
 ``check_table(uri, table, use)`` refuses a table with a feature that ``FEATURES``
 marks unsupported for ``use`` (``append``, ``upsert``, ``compact``: compaction, or
@@ -57,9 +62,11 @@ __all__ = [
     "USES",
     "FeatureRule",
     "UnsupportedTableFeature",
+    "Use",
     "active_features",
     "check_table",
     "probe_properties",
+    "through_delta_spark",
 ]
 
 Use = Literal["append", "upsert", "compact", "overwrite"]
@@ -82,13 +89,22 @@ class FeatureRule:
     overwrite: bool
     why: str
     test: str
+    # Uses ingest writes through only by committing with Delta Spark's own transaction in
+    # the driver JVM (the Spark engine: ``ingest/engines/spark/delta_commit.py``).
+    delta_spark: tuple[Use, ...] = ()
 
-    def allows(self, use: Use) -> bool:
+    def allows(self, use: Use, *, delta_spark: bool = False) -> bool:
         allowed: bool = getattr(self, use)
-        return allowed
+        return allowed or (delta_spark and use in self.delta_spark)
 
 
 _INTEROP = "tests/delta/test_interop.py::"
+_THROUGH_SPARK = (
+    "; ingest appends to it by committing through Delta Spark's own transaction in the "
+    'driver JVM, which needs the Spark engine (spark.engine = "auto" picks it for such a '
+    "table); an upsert would need Delta Spark's MERGE to carry one txn action per partition "
+    "in its commit, and it takes one txnAppId per write (upstream limit)"
+)
 
 # Feature name (as Delta names it in readerFeatures/writerFeatures) -> rule. "notNull" is
 # no protocol feature: a NOT NULL column, which every writer must check (protocol
@@ -178,8 +194,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         compact=False,
         overwrite=False,
         why='delta-rs 1.6 refuses every write to such a table ("Unsupported table features '
-        'required: [VacuumProtocolCheck]"), appends and MERGEs alike (upstream limit)',
-        test=_INTEROP + "test_refusals_name_the_feature",
+        'required: [VacuumProtocolCheck]", upstream limit)' + _THROUGH_SPARK,
+        test=_INTEROP + "test_delta_spark_features",
+        delta_spark=("append", "upsert"),
     ),
     "identityColumns": FeatureRule(
         append=False,
@@ -196,8 +213,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         overwrite=False,
         why="the writer must assign row ids and commit versions; delta-rs 1.6.6 refuses any "
         "write to such a table ('Unsupported table features required: [RowTracking]', upstream "
-        "limit)",
-        test=_INTEROP + "test_refusals_name_the_feature",
+        "limit)" + _THROUGH_SPARK,
+        test=_INTEROP + "test_delta_spark_features",
+        delta_spark=("append", "upsert"),
     ),
     "domainMetadata": FeatureRule(
         append=False,
@@ -205,8 +223,10 @@ FEATURES: Mapping[str, FeatureRule] = {
         compact=False,
         overwrite=False,
         why="delta-rs 1.6.6 refuses any write to such a table ('Unsupported table features "
-        "required: [DomainMetadata]', upstream limit); it comes with clustering and row tracking",
-        test=_INTEROP + "test_refusals_name_the_feature",
+        "required: [DomainMetadata]', upstream limit); it comes with clustering and row tracking"
+        + _THROUGH_SPARK,
+        test=_INTEROP + "test_delta_spark_features",
+        delta_spark=("append", "upsert"),
     ),
     "clustering": FeatureRule(
         append=False,
@@ -214,8 +234,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         compact=False,
         overwrite=False,
         why="delta-rs 1.6.6 refuses any write to a clustered table ('Unsupported table "
-        "features required: [ClusteredTable]', upstream limit)",
-        test=_INTEROP + "test_refusals_name_the_feature",
+        "features required: [ClusteredTable]', upstream limit)" + _THROUGH_SPARK,
+        test=_INTEROP + "test_delta_spark_features",
+        delta_spark=("append", "upsert"),
     ),
     "inCommitTimestamp": FeatureRule(
         append=False,
@@ -224,8 +245,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         overwrite=False,
         why="every commit must carry an in-commit timestamp; delta-rs 1.6.6 refuses any write "
         "to such a table ('Unsupported table features required: [InCommitTimestamp]', upstream "
-        "limit)",
-        test=_INTEROP + "test_refusals_name_the_feature",
+        "limit)" + _THROUGH_SPARK,
+        test=_INTEROP + "test_delta_spark_features",
+        delta_spark=("append", "upsert"),
     ),
     "v2Checkpoint": FeatureRule(
         append=False,
@@ -234,8 +256,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         overwrite=False,
         why="delta-rs 1.6.6 appends to such a table, but the checkpoints it writes (ingest "
         "maintain, every delta.checkpointInterval commits) are classic ones without the "
-        "checkpointMetadata action of a v2 checkpoint; not tested against Delta Spark",
-        test=_INTEROP + "test_refusals_name_the_feature",
+        "checkpointMetadata action of a v2 checkpoint (upstream limit)" + _THROUGH_SPARK,
+        test=_INTEROP + "test_delta_spark_features",
+        delta_spark=("append", "upsert"),
     ),
     "typeWidening": FeatureRule(
         append=False,
@@ -330,9 +353,23 @@ def active_features(table: DeltaTable) -> dict[str, str]:
     return active
 
 
-def check_table(uri: str, table: DeltaTable | None, use: Use) -> None:
+def through_delta_spark(table: DeltaTable | None, use: Use = "append") -> list[str]:
+    """The features of ``table`` that ingest honours for ``use`` only by committing through
+    Delta Spark's transaction (empty: delta-rs commits)."""
+    if table is None:
+        return []
+    rules = {name: FEATURES.get(name) for name in active_features(table)}
+    return sorted(
+        name
+        for name, rule in rules.items()
+        if rule is not None and not rule.allows(use) and rule.allows(use, delta_spark=True)
+    )
+
+
+def check_table(uri: str, table: DeltaTable | None, use: Use, *, delta_spark: bool = False) -> None:
     """Raises ``UnsupportedTableFeature`` if ``table`` (at ``uri``; None: not created yet,
-    so ingest creates it) uses a feature ingest cannot honour for ``use``."""
+    so ingest creates it) uses a feature ingest cannot honour for ``use``; ``delta_spark``:
+    the commit can go through Delta Spark's transaction."""
     if table is None:
         return
     protocol = table.protocol()
@@ -349,7 +386,7 @@ def check_table(uri: str, table: DeltaTable | None, use: Use) -> None:
                 f"table feature '{name}' ({how}), which ingest does not know; it was never "
                 f"tested with ingest's writes"
             )
-        elif not rule.allows(use):
+        elif not rule.allows(use, delta_spark=delta_spark):
             problems.append(f"table feature '{name}' ({how}): {rule.why}")
     if problems:
         doing = {

@@ -36,7 +36,7 @@ from ingest.sink.maintenance.maintain import (
     load_table,
     maintain,
 )
-from ingest.sink.metadata.features import check_table, probe_properties
+from ingest.sink.metadata.features import check_table, probe_properties, through_delta_spark
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import TableConfig, WriteMode
 from ingest.supervisor.wiring import maintenance_settings, table_router
@@ -91,18 +91,25 @@ def check_tables(config: IngestConfig, *, writing: bool = True, topics: Iterable
         if table is None and target is not None and target.properties:
             # Not created yet: the table its properties would make, checked alike.
             with probe_properties(location.uri, target.properties, target.partition_by) as made:
-                _check_uses(location.uri, made, use, writing, compacting)
+                _check_uses(config, location.uri, made, use, writing, compacting)
             continue
         check_txn_retention(location, table)
-        _check_uses(location.uri, table, use, writing, compacting)
+        _check_uses(config, location.uri, table, use, writing, compacting)
 
 
 def _check_uses(
-    uri: str, table: DeltaTable | None, use: WriteMode, writing: bool, compacting: bool
+    config: IngestConfig,
+    uri: str,
+    table: DeltaTable | None,
+    use: WriteMode,
+    writing: bool,
+    compacting: bool,
 ) -> None:
+    # The Spark engine commits through Delta Spark's transaction where delta-rs cannot
+    # ("auto" picks Spark for such a table); maintenance skips such a table (``maintain``).
     if writing:
-        check_table(uri, table, use)
-    if compacting:
+        check_table(uri, table, use, delta_spark=config.spark.engine != "local")
+    if compacting and not through_delta_spark(table):
         check_table(uri, table, "compact")
 
 

@@ -1,0 +1,200 @@
+"""Commits through Delta Spark's own transaction in the driver JVM, for the tables delta-rs
+cannot write (row tracking, domain metadata, clustering, in-commit timestamps,
+vacuumProtocolCheck, v2 checkpoints: ``ingest.sink.metadata.features``).
+
+The batch's files are written as for any table (pyarrow, the table's column mapping); only
+the commit changes. ``DeltaSparkCommitter.commit`` opens an ``OptimisticTransaction`` on the
+table (``DeltaLog.startTransaction``, over py4j), reads each partition's txn version through
+it (so a concurrent commit of the same app ids conflicts), and commits the add actions with
+one ``txn`` action per partition as a ``WRITE`` in append mode. Delta Spark then does what
+its own appends do: it assigns ``baseRowId`` and ``defaultRowCommitVersion`` and moves the
+row-tracking high-water mark, writes the in-commit timestamp, keeps the clustering domain,
+checks the protocol, and writes the checkpoints the table's policy asks for (v2 ones
+included) after the commit. Its conflict checks decide a race; a lost one (Delta's
+``ConcurrentModificationException`` family) returns None and the caller retries from a new
+snapshot. The transaction must read the snapshot the files were planned on: a table that
+moved past ``read_version`` is a lost race too.
+
+These are Delta Spark's internal APIs (``DeltaLog``, ``OptimisticTransaction``,
+``Action.fromJson``, ``DeltaOperations.Write``): delta-spark is pinned, and
+``tests/delta/test_interop.py::test_delta_spark_features`` exercises each one used here.
+
+The first commit sets ``spark.databricks.delta.snapshotPartitions`` to 1 when the session
+does not set it: each transaction rebuilds its snapshot in a Spark job of that many tasks
+(50 by default), which took 12-28 s per commit on 2 cores and takes 1-3 s with one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from deltalake.transaction import AddAction
+
+from ingest.errors import SinkError
+from ingest.sink.txn import MergeClauses, MergeDone, now_ms, or_minus_one
+
+__all__ = ["DeltaSparkCommitter"]
+
+log = logging.getLogger("ingest.sink")
+
+_DELTA = "org.apache.spark.sql.delta"
+_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+# Idempotent DML (Delta's SQL confs): the one txn action a MERGE's commit carries.
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+_LAST_COMMIT = "spark.databricks.delta.lastCommitVersionInSession"
+# What Delta Spark raises for a lost race (all its Concurrent*Exception classes).
+_LOST_RACE = "java.util.ConcurrentModificationException"
+
+
+class DeltaSparkCommitter:
+    """``ingest.sink.txn.TableCommitter`` on a live Spark session with Delta's jars."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.jvm = session._jvm
+        self._tuned = False
+        self._merges: Any | None = None
+
+    def commit(
+        self,
+        uri: str,
+        adds: Sequence[AddAction],
+        txns: Mapping[str, int],
+        *,
+        read_version: int,
+        read_txns: Mapping[str, int | None],
+    ) -> int | None:
+        from py4j.protocol import Py4JJavaError
+
+        if not self._tuned:
+            self._tuned = True
+            if self.session.conf.get(_SNAPSHOT_PARTITIONS, None) is None:
+                self.session.conf.set(_SNAPSHOT_PARTITIONS, "1")
+        session = self.session._jsparkSession
+        # Delta reads the thread's active session (this thread is the supervisor's, not
+        # one Spark started).
+        self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
+        try:
+            delta_log = self.jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session, uri)
+            txn = delta_log.startTransaction()
+            if txn.readVersion() != read_version:
+                log.info(
+                    "%s: the table moved to version %d since version %d was planned on",
+                    uri,
+                    txn.readVersion(),
+                    read_version,
+                )
+                return None
+            for app in sorted(txns):
+                if txn.txnVersion(app) != or_minus_one(read_txns.get(app)):
+                    log.info("%s: txn %s moved since the batch was planned", uri, app)
+                    return None
+            actions = [_add_json(add) for add in adds] + [
+                json.dumps({"txn": {"appId": app, "version": version, "lastUpdated": now_ms()}})
+                for app, version in sorted(txns.items())
+            ]
+            version: int = txn.commit(self._seq(actions), self._append())
+        except Py4JJavaError as exc:
+            if self._lost_race(exc):
+                log.info("%s: a Delta Spark commit lost a race: %s", uri, _message(exc))
+                return None
+            raise SinkError(f"{uri}: Delta Spark's commit failed: {_message(exc)}") from None
+        return version
+
+    def merge(self, uri: str, rows: pa.Table, clauses: MergeClauses) -> MergeDone | None:
+        from delta.exceptions import DeltaConcurrentModificationException
+        from delta.tables import DeltaTable
+
+        session = self._merge_session()
+        app, version = clauses.txn
+        session.conf.set(_TXN_APP_ID, app)
+        session.conf.set(_TXN_VERSION, str(version))
+        try:
+            source = session.createDataFrame(rows)
+            values: dict[str, Any] = {c: f"s.{_quoted(c)}" for c in clauses.columns}
+            merger = (
+                DeltaTable.forPath(session, uri).alias("t").merge(source.alias("s"), clauses.on)
+            )
+            if clauses.delete_when is not None:
+                merger = merger.whenMatchedDelete(clauses.delete_when)
+            merger = merger.whenMatchedUpdate(clauses.update_when, set=values)
+            merger = merger.whenNotMatchedInsert(clauses.insert_when or "true", values=values)
+            metrics = merger.execute().collect()[0].asDict()
+            committed = int(session.conf.get(_LAST_COMMIT))
+        except DeltaConcurrentModificationException as exc:
+            log.info("%s: a Delta Spark MERGE lost a race: %s", uri, str(exc).splitlines()[0])
+            return None
+        except Exception as exc:  # pyspark's captured JVM errors
+            raise SinkError(f"{uri}: Delta Spark's MERGE failed: {exc}") from None
+        finally:
+            session.conf.unset(_TXN_APP_ID)
+            session.conf.unset(_TXN_VERSION)
+        return MergeDone(
+            committed,
+            int(metrics.get("num_inserted_rows", 0)),
+            int(metrics.get("num_updated_rows", 0)),
+            int(metrics.get("num_deleted_rows", 0)),
+        )
+
+    def _merge_session(self) -> Any:
+        """A session of its own for MERGEs: the txn confs a MERGE takes are the session's,
+        and ``lastCommitVersionInSession`` then names this MERGE's commit."""
+        if self._merges is None:
+            self._merges = self.session.newSession()
+            if self._merges.conf.get(_SNAPSHOT_PARTITIONS, None) is None:
+                self._merges.conf.set(_SNAPSHOT_PARTITIONS, "1")
+        self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._merges._jsparkSession)
+        return self._merges
+
+    def add_columns(self, uri: str, schema_json: str) -> None:
+        struct = self.jvm.org.apache.spark.sql.types.DataType.fromJson(schema_json)
+        log.info("%s: adding columns %s through Delta Spark", uri, list(struct.fieldNames()))
+        self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.session._jsparkSession)
+        path = uri.replace("`", "``")
+        self.session.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({struct.toDDL()})")
+
+    def _seq(self, actions: Sequence[str]) -> Any:
+        listed = self.jvm.java.util.ArrayList()
+        parse = getattr(self.jvm, _DELTA).actions.Action.fromJson
+        for action in actions:
+            listed.add(parse(action))
+        return self.jvm.scala.jdk.javaapi.CollectionConverters.asScala(listed).toSeq()
+
+    def _append(self) -> Any:
+        """``DeltaOperations.Write(SaveMode.Append)``: DESCRIBE HISTORY's WRITE."""
+        none = self.jvm.scala.Option.empty()
+        write = getattr(getattr(self.jvm, _DELTA), "DeltaOperations$Write")
+        return write(self.jvm.org.apache.spark.sql.SaveMode.Append, *[none] * 8)
+
+    def _lost_race(self, exc: Any) -> bool:
+        lost = self.jvm.java.lang.Class.forName(_LOST_RACE)
+        return bool(lost.isInstance(exc.java_exception))
+
+
+def _add_json(add: AddAction) -> str:
+    return json.dumps(
+        {
+            "add": {
+                "path": add.path,
+                "partitionValues": dict(add.partition_values),
+                "size": add.size,
+                "modificationTime": add.modification_time,
+                "dataChange": add.data_change,
+                "stats": add.stats,
+            }
+        }
+    )
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _message(exc: Any) -> str:
+    java = getattr(exc, "java_exception", None)
+    return str(java.getMessage() if java is not None else exc).splitlines()[0]
