@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles, landing
+from ingest.sink.batch import Batch, BatchResult, WriteRequest, WrittenFiles
+from ingest.sink.land import landing
 
 __all__ = ["Write", "drive_landing"]
 

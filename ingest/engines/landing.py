@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from ingest.config import SparkSection
 from ingest.engines.local.local_engine import LocalEngine
 from ingest.engines.spark.spark_session import SparkEngine
-from ingest.sink.land import Batch, BatchResult
+from ingest.sink.batch import Batch, BatchResult
 from ingest.sink.table_config import TableConfig
 
 __all__ = ["LandingEngine", "choose_engine"]

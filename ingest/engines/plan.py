@@ -34,8 +34,8 @@ from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
 
 if TYPE_CHECKING:  # the landing protocol's types; a task process never imports it
+    from ingest.sink.batch import WriteRequest
     from ingest.sink.deadletter import Rejected
-    from ingest.sink.land import WriteRequest
 
 __all__ = [
     "FILES_SCHEMA",

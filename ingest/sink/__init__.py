@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ingest.protocol.partition import Partition
+    from ingest.sink.batch import Batch, BatchResult
     from ingest.sink.deadletter import DEAD_LETTER_SCHEMA
     from ingest.sink.delta import CommitOutcome, DeltaTarget
     from ingest.sink.files import DataFile, Source, write_data_files
-    from ingest.sink.land import Batch, BatchResult, Landing
+    from ingest.sink.land import Landing
     from ingest.sink.maintenance.rewrite import StaleBatchError
     from ingest.sink.merge import upsert
     from ingest.sink.storage import TableLocation
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
 # Imported on first use: a Spark or local-engine task needs files.py and storage.py only,
 # not merge.py's pyarrow.dataset (and pandas behind it): 0.3 s of every task process's start.
 _EXPORTS = {
-    "Batch": "ingest.sink.land",
-    "BatchResult": "ingest.sink.land",
+    "Batch": "ingest.sink.batch",
+    "BatchResult": "ingest.sink.batch",
     "CommitOutcome": "ingest.sink.delta",
     "DEAD_LETTER_SCHEMA": "ingest.sink.deadletter",
     "DataFile": "ingest.sink.files",

@@ -21,7 +21,10 @@ Steps, each timed in ``BatchResult.stage_seconds`` (the names are metric labels)
 4. ``commit``: the data files and the txn actions in ONE transaction on the
    table (append; with ``overwrite`` the same transaction removes the rows the
    table holds in the batch's offset ranges), or a MERGE with them (upsert: the
-   rows are staged under ``_ingest_staging/<token>`` in the table's location).
+   rows are staged under ``_ingest_staging/<token>`` in the table's location). A table
+   with constraints, generated or identity columns, on the Spark engine: its rows are
+   staged too, those that break a constraint become dead letters in step 3, and the
+   others go to Delta Spark's writer (append: ``inserts.py``) or to the MERGE.
    This commit makes the batch durable: the supervisor commits Kafka offsets
    only after it. The fault point ``before_delta_commit`` fires just before it.
 
@@ -56,15 +59,13 @@ import logging
 import time
 import uuid
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 
 from ingest.errors import ConfigError, SinkError
 from ingest.faults import fault_point
-from ingest.handoff import CorruptRangeReported, SegmentSealed
 from ingest.protocol.partition import Partition
+from ingest.sink.batch import Batch, BatchResult, WriteRequest, WrittenFiles
 from ingest.sink.deadletter import (
     DEAD_LETTER_SCHEMA,
     STAGE_DECODE,
@@ -76,132 +77,22 @@ from ingest.sink.deadletter import (
 )
 from ingest.sink.delta import CommitOutcome, DeltaTarget
 from ingest.sink.files import DataFile, write_data_files
+from ingest.sink.inserts import checks_of, insert
 from ingest.sink.maintenance.rewrite import StaleBatchError
 from ingest.sink.merge import upsert, upsert_source
 from ingest.sink.metadata.evolution import mapping_of
-from ingest.sink.metadata.features import check_table
+from ingest.sink.metadata.features import check_table, rows_through_delta_spark
 from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
-from ingest.sink.table_config import DELETE_COLUMN, TableConfig
-from ingest.sink.txn import TableCommitter, app_id, or_minus_one
+from ingest.sink.table_config import DELETE_COLUMN
+from ingest.sink.txn import app_id, or_minus_one
 
-__all__ = [
-    "STAGING",
-    "Batch",
-    "BatchResult",
-    "Landing",
-    "WriteRequest",
-    "WrittenFiles",
-    "landing",
-]
+__all__ = ["STAGING", "Landing", "landing"]
 
 log = logging.getLogger("ingest.sink")
 
 STAGING = "_ingest_staging"
 _STALE_ATTEMPTS = 5
-
-
-@dataclass(frozen=True)
-class Batch:
-    """What one landing takes: sealed segments and corrupt ranges of one or more
-    partitions, into one table. ``segment_storage_options`` are the handoff's
-    pyarrow options for segments on an object store."""
-
-    table: TableConfig
-    segments: tuple[SegmentSealed, ...]
-    corrupt: tuple[CorruptRangeReported, ...] = ()
-    segment_storage_options: Mapping[str, Any] = field(default_factory=dict)
-    # Replace the rows the tables hold in the batch's offset ranges (replay --overwrite)
-    # instead of skipping the offsets they already hold.
-    overwrite: bool = False
-    # The engine's commit for a table delta-rs cannot write (Delta Spark's transaction).
-    committer: TableCommitter | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "segments", tuple(self.segments))
-        object.__setattr__(self, "corrupt", tuple(self.corrupt))
-
-    def partitions(self) -> list[Partition]:
-        keys = {Partition(s.topic, s.partition) for s in self.segments}
-        keys |= {Partition(c.topic, c.partition) for c in self.corrupt}
-        return sorted(keys)
-
-    def offset_ranges(self) -> dict[Partition, tuple[int, int]]:
-        """The first and last offset the batch accounts for, per partition."""
-        first: dict[Partition, int] = {}
-        for s in self.segments:
-            key = Partition(s.topic, s.partition)
-            first[key] = min(first.get(key, s.from_offset), s.from_offset)
-        for c in self.corrupt:
-            key = Partition(c.topic, c.partition)
-            first[key] = min(first.get(key, c.first_offset), c.first_offset)
-        last = self.last_offsets()
-        return {key: (first[key], last[key]) for key in first}
-
-    def last_offsets(self) -> dict[Partition, int]:
-        """The last offset the batch accounts for, per partition (its txn version)."""
-        last: dict[Partition, int] = {}
-        for s in self.segments:
-            key = Partition(s.topic, s.partition)
-            last[key] = max(last.get(key, -1), s.next_offset - 1)
-        for c in self.corrupt:
-            key = Partition(c.topic, c.partition)
-            end = c.first_offset if c.last_offset is None else c.last_offset
-            last[key] = max(last.get(key, -1), end)
-        return last
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """What the batch did. ``durable_offsets``: per partition, the highest offset the
-    table's txn versions now cover (None: nothing of it landed yet)."""
-
-    table_version: int | None
-    dead_letter_version: int | None
-    durable_offsets: Mapping[Partition, int | None]
-    rows_written: int
-    dead_letters: int
-    stage_seconds: Mapping[str, float]
-    path: str  # "arrow", "spark" or "none"
-    files: int = 0
-    attempts: int = 1
-    replaced_rows: int = 0  # rows of the table an overwrite took out
-    deleted_rows: int = 0  # rows of the table an upsert deleted (tombstones, change events)
-
-
-@dataclass(frozen=True)
-class WriteRequest:
-    """What a writer writes in one attempt: ``segments`` (those with records above
-    the table's txn version), with the offsets of each partition the table and the
-    dead-letter table hold already (None: none), which it must leave out; data files
-    go to ``table`` under ``prefix``, split by ``partition_by``, with the physical names
-    of the table's column ``mapping`` (None: none, or staged upsert rows), dead letters to
-    ``dead``. File names carry ``token``."""
-
-    token: str
-    segments: tuple[SegmentSealed, ...]
-    skip_through: Mapping[Partition, int | None]
-    dead_skip_through: Mapping[Partition, int | None]
-    table: TableLocation
-    dead: TableLocation
-    partition_by: tuple[str, ...]
-    prefix: str
-    segment_options: Mapping[str, Any]
-    ingest_time: dt.datetime
-    mapping: ColumnMapping | None = None
-
-
-@dataclass(frozen=True)
-class WrittenFiles:
-    """What a writer wrote: data files, dead-letter files, the rows a transform
-    rejected (the driver builds their dead letters), the rows' schema, and the path
-    they took ("arrow", "spark", or "none" when no task ran)."""
-
-    data: tuple[DataFile, ...]
-    dead: tuple[DataFile, ...]
-    rejected: tuple[Rejected, ...]
-    schema: pa.Schema
-    path: str
 
 
 # Yields what to write, is sent what was written, returns the batch's result.
@@ -257,8 +148,17 @@ class _Landing:
         last = batch.last_offsets()
         self.txns = {self.apps[key]: last[key] for key in self.apps}
         self.upserting = config.mode == "upsert"
+        # Rows handed to Delta Spark's writer, and the checks they pass first (inserts.py).
+        self.inserting = False
+        self.checks: list[tuple[str, str]] = []
         self.token = uuid.uuid4().hex[:16]
         self.mapping: ColumnMapping | None = None  # the table's, as planned
+
+    @property
+    def staged(self) -> bool:
+        """The batch's rows are staged and read back in the driver (not committed as
+        written): an upsert's, and an append's that Delta Spark writes."""
+        return self.upserting or self.inserting
 
     def app_id_of(self, topic: str, partition: int) -> str:
         return self.apps.get(Partition(topic, partition)) or app_id(
@@ -304,11 +204,11 @@ class _Landing:
         except BaseException:
             if not dead_handed_over:
                 dead.location.delete(f.path for f in dead_files)
-            if not main_handed_over and not self.upserting:
+            if not main_handed_over and not self.staged:
                 main.location.delete(f.path for f in data_files)
             raise
         finally:
-            if self.upserting:
+            if self.staged:
                 main.location.delete_dir(f"{STAGING}/{self.token}")
         return BatchResult(
             table_version=outcome.version,
@@ -338,6 +238,11 @@ class _Landing:
             check_table(self.config.uri, table, "overwrite")
         self.main.check_partitioning(table)
         self.mapping = mapping_of(table)
+        if table is not None and self.batch.committer is not None and not self.batch.overwrite:
+            # Rows that break the table's constraints become dead letters (both modes).
+            checked = bool(rows_through_delta_spark(table))
+            self.inserting = checked and not self.upserting
+            self.checks = checks_of(table) if checked else []
         apps = list(self.apps.values())
         if not self.batch.overwrite:
             return DeltaTarget.versions_in(table, apps), self.dead.versions(apps)
@@ -365,11 +270,11 @@ class _Landing:
             dead_skip_through={key: dead_planned[app] for key, app in self.apps.items()},
             table=self.main.location,
             dead=self.dead.location,
-            partition_by=() if self.upserting else self.config.partition_by,
-            prefix=f"{STAGING}/{self.token}" if self.upserting else "",
+            partition_by=() if self.staged else self.config.partition_by,
+            prefix=f"{STAGING}/{self.token}" if self.staged else "",
             segment_options=dict(self.batch.segment_storage_options),
             ingest_time=dt.datetime.now(dt.UTC),
-            mapping=None if self.upserting else self.mapping,
+            mapping=None if self.staged else self.mapping,
         )
 
     def _driver_dead_letters(
@@ -396,6 +301,9 @@ class _Landing:
         if written.rejected:
             extra.append(self._rejected(written.rejected, STAGE_TRANSFORM, request))
         source = None
+        stage = STAGE_TRANSFORM if config.transform else STAGE_DECODE
+        if self.inserting:
+            source, _ = upsert_source(self.main.location, written.data, written.schema, [])
         if self.upserting:
             source, keyless = upsert_source(
                 self.main.location,
@@ -421,9 +329,27 @@ class _Landing:
                         strict=True,
                     )
                 ]
-                stage = STAGE_TRANSFORM if config.transform else STAGE_DECODE
                 extra.append(self._rejected(rejected, stage, request))
+        if source is not None and self.checks:
+            source, failed = self._checked(source)
+            if failed:
+                extra.append(self._rejected(failed, stage, request))
         return [t for t in extra if t.num_rows], source
+
+    def _checked(self, rows: pa.Table) -> tuple[pa.Table, list[Rejected]]:
+        """``rows`` that pass the table's checks, and the others as rejects naming the
+        check each fails."""
+        assert self.batch.committer is not None
+        failing = self.batch.committer.failing(rows, self.checks)
+        bad = [i for i, label in enumerate(failing) if label is not None]
+        if not bad:
+            return rows, []
+        keys = rows.select(["topic", "partition", "offset"]).take(bad).to_pylist()
+        rejected = [
+            (k["topic"], k["partition"], k["offset"], f"violates the table's {failing[i]}")
+            for k, i in zip(keys, bad, strict=True)
+        ]
+        return rows.filter(pa.array([label is None for label in failing])), rejected
 
     def _rejected(
         self, rejected: Sequence[Rejected], stage: str, request: WriteRequest
@@ -470,6 +396,9 @@ class _Landing:
                 txns=self.txns,
                 app_id_of=self.app_id_of,
             )
+        if self.inserting:
+            assert source is not None and self.batch.committer is not None
+            return insert(self.main, self.batch.committer, source, self.txns, self.app_id_of)
         if self.batch.overwrite:
             return self.main.commit_replacing(
                 files, self.txns, schema, ranges=self.batch.offset_ranges(), mapping=self.mapping

@@ -59,7 +59,14 @@ from ingest.sink.txn import (
     newer_txns,
 )
 
-__all__ = ["latest_per_key", "merge_predicate", "null_key_rows", "upsert", "upsert_source"]
+__all__ = [
+    "latest_per_key",
+    "merge_predicate",
+    "null_key_rows",
+    "refilter_rows",
+    "upsert",
+    "upsert_source",
+]
 
 log = logging.getLogger("ingest.sink")
 
@@ -146,11 +153,12 @@ def upsert_source(
     return rows.filter(pc.invert(mask)), rows.filter(mask)
 
 
-def _refilter(
+def refilter_rows(
     table: pa.Table,
     current: Mapping[str, int | None],
     app_id_of: Callable[[str, int], str],
 ) -> pa.Table:
+    """``table``'s rows above the txn version (``current``, by app id) of their partition."""
     if table.num_rows == 0:
         return table
     drop = None
@@ -202,7 +210,7 @@ def upsert(
                 target, committer, source, schema, merge_keys, txns, app_id_of
             )
         current = DeltaTarget.versions_in(table, list(txns))
-        rows = latest_per_key(_refilter(source, current, app_id_of), merge_keys)
+        rows = latest_per_key(refilter_rows(source, current, app_id_of), merge_keys)
         wanted = newer_txns(txns, current)
         if rows.num_rows == 0 and not wanted:
             return CommitOutcome(table.version(), (), 0, current, attempt, committed=False)
@@ -316,7 +324,7 @@ def _through_delta_spark(
                 committer.add_columns(target.uri, Schema(added).to_json())
                 continue
             mine = source.filter(pc.equal(apps, app))
-            rows = latest_per_key(_refilter(mine, current, app_id_of), merge_keys)
+            rows = latest_per_key(refilter_rows(mine, current, app_id_of), merge_keys)
             result: MergeDone | None
             if rows.num_rows:
                 clauses = _clauses(merge_keys, schema.names, deleting, (app, txns[app]))

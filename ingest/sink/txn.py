@@ -86,7 +86,7 @@ class TableCommitter(Protocol):
     """Another writer's transaction that commits a batch's files and txn actions, for a
     table whose features delta-rs cannot write (``metadata/features.through_delta_spark``):
     Delta Spark's, in the driver JVM (``ingest/engines/spark/delta_commit.py``). The
-    engine that has one hands it to the batch (``land.Batch.committer``)."""
+    engine that has one hands it to the batch (``batch.Batch.committer``)."""
 
     def commit(
         self,
@@ -107,6 +107,18 @@ class TableCommitter(Protocol):
         """MERGEs ``rows`` into the table as ``clauses`` say, in one commit that carries
         ``clauses.txn`` (one partition's app id and version): what it did; None when a
         concurrent commit won (the caller reloads and tries again)."""
+        ...
+
+    def insert(self, uri: str, rows: pa.Table, txn: tuple[str, int]) -> int | None:
+        """Appends ``rows`` with Delta Spark's writer (which computes generated columns,
+        assigns identity values and checks constraints) in one commit that carries ``txn``
+        (app id, version): its version; None when a concurrent commit won."""
+        ...
+
+    def failing(self, rows: pa.Table, checks: Sequence[tuple[str, str]]) -> list[str | None]:
+        """Per row of ``rows``, the label of the first check it fails (None: passes all);
+        ``checks``: (label, Spark SQL boolean expression), failed when not true (a null
+        fails, as in Delta's constraint checks)."""
         ...
 
     def add_columns(self, uri: str, schema_json: str) -> None:

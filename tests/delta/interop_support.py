@@ -67,15 +67,20 @@ def create_spark_table(
     generated: bool = False,
     constraint: str | None = None,
     cluster_by: str | None = None,
+    not_null: tuple[str, ...] = (),
     seed: bool = True,
 ) -> None:
     """A table created by Delta Spark with ingest's columns (plus ``id2`` GENERATED ALWAYS
     AS (id * 2) with ``generated``), ``properties``, a CHECK ``constraint``, clustered
-    by ``cluster_by``, and with
+    by ``cluster_by``, ``not_null`` columns NOT NULL, and with
     ``seed`` Spark's own rows (``SPARK_IDS``, one INSERT: one file)."""
     from delta.tables import DeltaTable as SparkDeltaTable
+    from pyspark.sql.types import StructField, StructType
 
-    builder = SparkDeltaTable.create(spark).location(str(path)).addColumns(spark_schema())
+    schema = StructType(
+        [StructField(f.name, f.dataType, f.name not in not_null) for f in spark_schema().fields]
+    )
+    builder = SparkDeltaTable.create(spark).location(str(path)).addColumns(schema)
     if generated:
         builder = builder.addColumn("id2", "BIGINT", generatedAlwaysAs="id * 2")
     for key, value in (properties or {}).items():

@@ -26,6 +26,7 @@ from ingest.supervisor.modes.replay import parse_position, replay_run
 from ingest.testing import KafkaCluster, ProducedRecord, create_topic, produce, unique_name
 from tests.delta.interop_support import (
     COUNT,
+    IDS,
     SPARK_IDS,
     VALUE_SCHEMA,
     appended_rows,
@@ -33,6 +34,7 @@ from tests.delta.interop_support import (
     data_files,
     run,
     spark_rows,
+    spark_schema,
     topic_records,
     upserted_rows,
 )
@@ -390,42 +392,78 @@ def test_change_data_feed(broker: KafkaCluster, topic: str, spark: Any, tmp_path
     assert changes(upserted, since) == sorted(expected)
 
 
-def test_generated_columns_and_check_constraints(
+def _dead_letters(table: Path) -> list[tuple[Any, ...]]:
+    rows = DeltaTable(f"{table}_dead_letters").to_pyarrow_table().to_pylist()
+    return sorted((r["partition"], r["offset"], r["error_message"]) for r in rows)
+
+
+def test_delta_spark_writes_the_rows(
     broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path
 ) -> None:
-    """A partitioned table with a generated column and a CHECK constraint: appends are
-    refused (their files would lack id2 and nothing would check the constraint); an
-    upsert's MERGE computes id2 and checks the constraint; a batch breaking it fails
-    whole, and nothing is committed."""
+    """Tables whose appends Delta Spark's writer must write: a partitioned one with a
+    generated column (`id2` = id * 2), a CHECK constraint and a NOT NULL column, and one with
+    an identity column. The rows that break the constraint become dead letters naming it and
+    are never committed; the others land through Delta Spark's writer (one write per Kafka
+    partition with its txn), which computes `id2` and assigns identity values. Upserts: a
+    delta-rs MERGE computes `id2` and, the breaking rows gone to dead letters first, commits;
+    on the identity table a Delta Spark MERGE per partition assigns the inserted rows'."""
     options = {"partitioned": True, "generated": True}
-    appended, upserted, broken = tmp_path / "append", tmp_path / "upsert", tmp_path / "broken"
-    create_spark_table(spark, appended, constraint="id >= 0", **options)
-    create_spark_table(spark, upserted, constraint="id >= 0", **options)
-    create_spark_table(spark, broken, constraint="`partition` < 0 OR id < 30", **options)
+    constraint = "`partition` < 0 OR id < 30"
+    appended, upserted = tmp_path / "append", tmp_path / "upsert"
+    for table in (appended, upserted):
+        create_spark_table(spark, table, constraint=constraint, not_null=("id",), **options)
     partitioned = {"table": {"partition_by": ["partition"]}}
+    breaking = sorted(
+        (n % 2, n // 2, f"violates the table's CHECK constraint c ({constraint})")
+        for n in range(COUNT)
+        if n % IDS >= 30
+    )
 
-    before = data_files(appended)
     outcome = _run(spark, tmp_path, broker, topic, appended, sections=partitioned)
-    _refused(outcome, appended, before, "generatedColumns", "checkConstraints")
+    assert outcome.exit_code == 0, outcome.message
+    rows = spark_rows(spark, appended, "id, v, id2")
+    assert [(i, v) for i, v, _ in rows] == [r for r in appended_rows() if r[0] < 30 or r[0] >= 1000]
+    assert all(id2 == 2 * i for i, _, id2 in rows)
+    assert _dead_letters(appended) == breaking
+    writes = [i for i in _commit_infos(appended).values() if i["operation"] == "WRITE"]
+    assert len(writes) == 3, writes  # Spark's INSERT of its rows, then one per Kafka partition
+    again = _run(spark, tmp_path, broker, topic, appended, sections=partitioned)
+    assert again.exit_code == 0, again.message  # another group: every row once more
+    assert len(spark_rows(spark, appended, "id")) == 2 * len(rows) - len(SPARK_IDS)
 
     outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert", sections=partitioned)
     assert outcome.exit_code == 0, outcome.message
     rows = spark_rows(spark, upserted, "id, v, id2")
-    assert [(i, v) for i, v, _ in rows] == upserted_rows()
+    assert [(i, v) for i, v, _ in rows] == [r for r in upserted_rows() if r[0] < 30 or r[0] >= 1000]
     assert all(id2 == 2 * i for i, _, id2 in rows)
+    assert _dead_letters(upserted) == breaking
 
-    version = DeltaTable(str(broken)).version()
-    outcome = _run(spark, tmp_path, broker, topic, broken, mode="upsert", sections=partitioned)
-    assert outcome.exit_code == 1
-    assert "failed validation" in outcome.message, outcome.message
-    assert DeltaTable(str(broken)).version() == version
-    assert spark_rows(spark, broken) == [(i, f"spark{i}") for i in SPARK_IDS]
+    identity = tmp_path / "identity"
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in spark_schema().fields)
+    spark.sql(
+        f"CREATE TABLE delta.`{identity}` (n BIGINT GENERATED ALWAYS AS IDENTITY, {columns}) "
+        "USING delta"
+    )
+    spark.sql(f"INSERT INTO delta.`{identity}` (id, v) VALUES (1000, 'spark1000')")
+    outcome = _run(spark, tmp_path, broker, topic, identity)
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, identity) == appended_rows((1000,))
+    numbers = spark_rows(spark, identity, "n")
+    assert None not in numbers and len(set(numbers)) == len(numbers)
+    upsert_identity = tmp_path / "identity-upsert"
+    spark.sql(
+        f"CREATE TABLE delta.`{upsert_identity}` (n BIGINT GENERATED ALWAYS AS IDENTITY, "
+        f"{columns}) USING delta"
+    )
+    outcome = _run(spark, tmp_path, broker, topic, upsert_identity, mode="upsert")
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, upsert_identity) == upserted_rows(())
+    numbers = spark_rows(spark, upsert_identity, "n")
+    assert None not in numbers and len(set(numbers)) == len(numbers) == IDS
 
 
 REFUSED = {
-    "notNull": ("append", "id BIGINT NOT NULL, v STRING", ""),
     "appendOnly": ("upsert", "id BIGINT, v STRING", "TBLPROPERTIES ('delta.appendOnly' = 'true')"),
-    "identityColumns": ("append", "id BIGINT GENERATED ALWAYS AS IDENTITY, v STRING", ""),
     "typeWidening": (
         "append",
         "id BIGINT, v STRING",

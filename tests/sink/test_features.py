@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable, Field, Schema
 
+from ingest.sink.inserts import checks_of
 from ingest.sink.metadata.features import (
     FEATURES,
     USES,
@@ -28,6 +29,9 @@ def test_invariants_are_refused(tmp_path: Path) -> None:
             check_table(str(tmp_path / "t"), table, use)  # type: ignore[arg-type]
     for use in ("compact", "overwrite"):
         check_table(str(tmp_path / "t"), table, use)  # type: ignore[arg-type]
+    # With the Spark engine an append's rows are checked against it, then Delta Spark writes.
+    check_table(str(tmp_path / "t"), table, "append", delta_spark=True)
+    assert checks_of(table) == [("invariant of column id (id > 0)", "id > 0")]
 
 
 def test_a_table_of_ingest_uses_no_feature(tmp_path: Path) -> None:

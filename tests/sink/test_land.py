@@ -22,10 +22,10 @@ from ingest.engines.tasks import group_segments
 from ingest.formats.decode import DecodeSpec, spark_records
 from ingest.handoff import HandoffConfig, HandoffStore, SegmentSealed, SegmentWriter
 from ingest.protocol.recordbatch.records import RECORD_SCHEMA
+from ingest.sink.batch import Batch, BatchResult, WriteRequest, WrittenFiles
 from ingest.sink.deadletter import STAGE_TRANSFORM, Rejected, dead_letters
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import DataFile, write_data_files
-from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import TableConfig
 from ingest.sink.txn import app_id

@@ -14,7 +14,7 @@ from ingest.engines.drive import drive_landing
 from ingest.engines.local.task_pool import LocalFiles, LocalTasks, local_capable, local_decode_spec
 from ingest.errors import ConfigError
 from ingest.processes import TASK_MODULES, preload_in_fork_server, start_thread
-from ingest.sink.land import Batch, BatchResult
+from ingest.sink.batch import Batch, BatchResult
 from ingest.sink.maintenance.maintain import load_table
 from ingest.sink.metadata.features import through_delta_spark
 from ingest.sink.storage import TableLocation

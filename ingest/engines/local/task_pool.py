@@ -32,8 +32,8 @@ from ingest.engines.plan import ReadPlan, SegmentTask, added_schema, collect_row
 from ingest.engines.tasks import group_segments
 from ingest.errors import SinkError
 from ingest.formats.decode import DecodeSpec, table_spec
+from ingest.sink.batch import WriteRequest, WrittenFiles
 from ingest.sink.files import DataFile
-from ingest.sink.land import WriteRequest, WrittenFiles
 from ingest.sink.table_config import FIELD_FORMATS, TableConfig
 
 __all__ = [

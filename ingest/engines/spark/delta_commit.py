@@ -141,6 +141,49 @@ class DeltaSparkCommitter:
             int(metrics.get("num_deleted_rows", 0)),
         )
 
+    def insert(self, uri: str, rows: pa.Table, txn: tuple[str, int]) -> int | None:
+        from delta.exceptions import DeltaConcurrentModificationException
+
+        session = self._merge_session()
+        app, version = txn
+        try:
+            frame = session.createDataFrame(rows)
+            writer = frame.write.format("delta").mode("append")
+            writer.option("txnAppId", app).option("txnVersion", str(version)).save(uri)
+            return int(session.conf.get(_LAST_COMMIT))
+        except DeltaConcurrentModificationException as exc:
+            log.info("%s: a Delta Spark write lost a race: %s", uri, str(exc).splitlines()[0])
+            return None
+        except Exception as exc:  # pyspark's captured JVM errors
+            raise SinkError(f"{uri}: Delta Spark's write failed: {exc}") from None
+
+    def failing(self, rows: pa.Table, checks: Sequence[tuple[str, str]]) -> list[str | None]:
+        if not checks or rows.num_rows == 0:
+            return [None] * rows.num_rows
+        session = self._merge_session()
+        numbered = rows.append_column("__ingest_row", pa.array(range(rows.num_rows), pa.int64()))
+        frame = session.createDataFrame(numbered)
+        # The index of the first check a row fails, null when it passes them all.
+        first = (
+            "CASE "
+            + " ".join(
+                f"WHEN NOT coalesce(({expr}), false) THEN {n}" for n, (_, expr) in enumerate(checks)
+            )
+            + " END"
+        )
+        try:
+            failed = (
+                frame.selectExpr("__ingest_row", f"{first} AS failed")
+                .where("failed IS NOT NULL")
+                .collect()
+            )
+        except Exception as exc:  # an expression Spark cannot evaluate on these rows
+            raise SinkError(f"cannot check the table's constraints on the batch: {exc}") from None
+        labels: list[str | None] = [None] * rows.num_rows
+        for row in failed:
+            labels[int(row["__ingest_row"])] = checks[int(row["failed"])][0]
+        return labels
+
     def _merge_session(self) -> Any:
         """A session of its own for MERGEs: the txn confs a MERGE takes are the session's,
         and ``lastCommitVersionInSession`` then names this MERGE's commit."""

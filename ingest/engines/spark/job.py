@@ -60,9 +60,9 @@ from ingest.engines.plan import (
 from ingest.engines.tasks import group_segments
 from ingest.errors import ConfigError
 from ingest.formats.decode import DecodeSpec, table_spec
+from ingest.sink.batch import Batch, BatchResult, WriteRequest, WrittenFiles
 from ingest.sink.deadletter import Rejected
 from ingest.sink.files import DataFile, read_data_file_footer, write_data_files
-from ingest.sink.land import Batch, BatchResult, WriteRequest, WrittenFiles
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DEAD_LETTER_COLUMN, DELETE_COLUMN, FIELD_FORMATS, TableConfig
 

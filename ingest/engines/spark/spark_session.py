@@ -38,7 +38,7 @@ from ingest.engines.spark.jvmlog import JvmOutputRelay
 from ingest.errors import SinkError, SparkClusterLost, SparkStartError
 from ingest.processes import pid_alive, start_thread
 from ingest.redaction import secret_looking
-from ingest.sink.land import Batch, BatchResult
+from ingest.sink.batch import Batch, BatchResult
 from ingest.spark_env import session_settings
 
 __all__ = ["ClassDataArchive", "SparkEngine", "drain_jvm_output", "start_session"]

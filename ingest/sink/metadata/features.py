@@ -9,11 +9,13 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
 - column mapping (name or id): the files ingest writes with pyarrow carry each column's
   physical name and Parquet field id, nested fields too, and their statistics and partition
   values go by physical names (``mapping.py``); a delta-rs MERGE does the same.
-- generated columns: appended files lack them (Spark reads nulls, which break the
-  generation rule); a delta-rs MERGE computes them.
-- CHECK constraints and NOT NULL columns: the add-actions path never checks rows,
-  so a violating row would be committed (Spark then reads a NOT NULL column's null
-  as another row's value). A delta-rs MERGE checks them and fails the batch whole.
+- generated columns, CHECK constraints, NOT NULL columns, invariants, identity columns:
+  appended files would lack the generated and identity values and nobody would check the
+  rows. With the Spark engine the batch's rows are checked with Delta Spark (a row that
+  breaks a constraint becomes a dead letter naming it) and written by Delta Spark's
+  writer, one write per partition with its txn (``ingest/sink/inserts.py``). A delta-rs
+  MERGE computes generated columns and checks constraints (upserts; identity columns and
+  invariants upsert through Delta Spark's MERGE).
 - deletion vectors: appends add new files (no vector needed), a delta-rs MERGE
   honours the vectors of the files it rewrites (no deleted row comes back).
   Compaction (``maintenance/compact.py``) leaves every file with a vector as it is
@@ -66,6 +68,7 @@ __all__ = [
     "active_features",
     "check_table",
     "probe_properties",
+    "rows_through_delta_spark",
     "through_delta_spark",
 ]
 
@@ -92,6 +95,9 @@ class FeatureRule:
     # Uses ingest writes through only by committing with Delta Spark's own transaction in
     # the driver JVM (the Spark engine: ``ingest/engines/spark/delta_commit.py``).
     delta_spark: tuple[Use, ...] = ()
+    # Appends whose rows Delta Spark's writer must write itself (it computes, checks or
+    # assigns values), not only commit: ``ingest/sink/inserts.py``.
+    rows: bool = False
 
     def allows(self, use: Use, *, delta_spark: bool = False) -> bool:
         allowed: bool = getattr(self, use)
@@ -101,9 +107,14 @@ class FeatureRule:
 _INTEROP = "tests/delta/test_interop.py::"
 _THROUGH_SPARK = (
     "; ingest appends to it by committing through Delta Spark's own transaction in the "
-    'driver JVM, which needs the Spark engine (spark.engine = "auto" picks it for such a '
-    "table); an upsert would need Delta Spark's MERGE to carry one txn action per partition "
-    "in its commit, and it takes one txnAppId per write (upstream limit)"
+    "driver JVM, and upserts with Delta Spark's MERGE (one per partition), which needs the "
+    'Spark engine (spark.engine = "auto" picks it for such a table)'
+)
+
+_BY_SPARK_WRITER = (
+    "; with the Spark engine, ingest hands such an append's rows to Delta Spark's writer (one "
+    "write per partition, carrying its txn), after the rows that break a CHECK constraint, a "
+    "NOT NULL column or an invariant became dead letters naming it"
 )
 
 # Feature name (as Delta names it in readerFeatures/writerFeatures) -> rule. "notNull" is
@@ -124,8 +135,11 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=True,
         overwrite=True,
-        why="columns carry delta.invariants expressions, which no ingest write checks",
+        why="columns carry delta.invariants expressions, which no ingest write checks"
+        + _BY_SPARK_WRITER,
         test="tests/sink/test_features.py::test_invariants_are_refused",
+        delta_spark=("append", "upsert"),
+        rows=True,
     ),
     "notNull": FeatureRule(
         append=False,
@@ -133,24 +147,30 @@ FEATURES: Mapping[str, FeatureRule] = {
         compact=True,
         overwrite=True,
         why="appended files are committed without checking NOT NULL columns (a null "
-        "would be committed; Spark then reads another value in its place)",
-        test=_INTEROP + "test_refusals_name_the_feature",
+        "would be committed; Spark then reads another value in its place)" + _BY_SPARK_WRITER,
+        test=_INTEROP + "test_delta_spark_writes_the_rows",
+        delta_spark=("append",),
+        rows=True,
     ),
     "checkConstraints": FeatureRule(
         append=False,
         upsert=True,
         compact=True,
         overwrite=True,
-        why="appended files are committed without evaluating CHECK constraints",
-        test=_INTEROP + "test_generated_columns_and_check_constraints",
+        why="appended files are committed without evaluating CHECK constraints" + _BY_SPARK_WRITER,
+        test=_INTEROP + "test_delta_spark_writes_the_rows",
+        delta_spark=("append",),
+        rows=True,
     ),
     "generatedColumns": FeatureRule(
         append=False,
         upsert=True,
         compact=True,
         overwrite=True,
-        why="appended files lack the generated columns (Spark would read nulls)",
-        test=_INTEROP + "test_generated_columns_and_check_constraints",
+        why="appended files lack the generated columns (Spark would read nulls)" + _BY_SPARK_WRITER,
+        test=_INTEROP + "test_delta_spark_writes_the_rows",
+        delta_spark=("append",),
+        rows=True,
     ),
     "columnMapping": FeatureRule(
         append=True,
@@ -203,8 +223,11 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=True,
         overwrite=True,
-        why="identity values are assigned by the writer; delta-rs and ingest assign none",
-        test=_INTEROP + "test_refusals_name_the_feature",
+        why="identity values are assigned by the writer; delta-rs and ingest assign none"
+        + _BY_SPARK_WRITER,
+        test=_INTEROP + "test_delta_spark_writes_the_rows",
+        delta_spark=("append", "upsert"),
+        rows=True,
     ),
     "rowTracking": FeatureRule(
         append=False,
@@ -364,6 +387,14 @@ def through_delta_spark(table: DeltaTable | None, use: Use = "append") -> list[s
         for name, rule in rules.items()
         if rule is not None and not rule.allows(use) and rule.allows(use, delta_spark=True)
     )
+
+
+def rows_through_delta_spark(table: DeltaTable | None) -> list[str]:
+    """The features of ``table`` for which an append's rows go to Delta Spark's writer."""
+    if table is None:
+        return []
+    rules = {name: FEATURES.get(name) for name in active_features(table)}
+    return sorted(name for name, rule in rules.items() if rule is not None and rule.rows)
 
 
 def check_table(uri: str, table: DeltaTable | None, use: Use, *, delta_spark: bool = False) -> None:

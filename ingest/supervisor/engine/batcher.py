@@ -19,8 +19,8 @@ from ingest.faults import fault_point
 from ingest.handoff import HandoffStore
 from ingest.logs import event
 from ingest.protocol.partition import Partition
+from ingest.sink.batch import BatchResult
 from ingest.sink.durable import lowest_durable
-from ingest.sink.land import BatchResult
 from ingest.sink.table_config import Router, TableConfig
 from ingest.supervisor.engine.backpressure import GlobalBufferCap
 from ingest.supervisor.engine.batches import BatchThread, Selection, select
@@ -86,7 +86,7 @@ class Batcher:
 
     def start(self, states: Mapping[Partition, PartitionState], *, overwrite: bool) -> None:
         """Starts a batch of what is pending, on its own thread."""
-        from ingest.sink.land import Batch
+        from ingest.sink.batch import Batch
 
         trigger = self.trigger
         selection = select(

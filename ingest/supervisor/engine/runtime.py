@@ -18,7 +18,7 @@ from ingest.handoff import HandoffStore, SegmentSealed
 from ingest.logs import event
 from ingest.processes import raise_open_files_limit, start_fork_server
 from ingest.protocol.partition import Partition
-from ingest.sink.land import BatchResult
+from ingest.sink.batch import BatchResult
 from ingest.supervisor.engine.backpressure import GlobalBufferCap
 from ingest.supervisor.engine.batcher import Batcher, owner_of
 from ingest.supervisor.engine.batches import BatchThread, Item, item_next_offset

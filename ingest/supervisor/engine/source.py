@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ingest.protocol.partition import Partition
-from ingest.sink.land import BatchResult
+from ingest.sink.batch import BatchResult
 from ingest.supervisor.engine.batches import BatchThread
 from ingest.supervisor.engine.partitions import PartitionState
 from ingest.worker import WorkerStarted

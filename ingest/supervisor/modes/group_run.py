@@ -36,8 +36,8 @@ from ingest.membership.member import GroupMember
 from ingest.membership.until_end import OthersWatch
 from ingest.protocol.codec import API_NAMES
 from ingest.protocol.partition import Partition
+from ingest.sink.batch import BatchResult
 from ingest.sink.durable import start_offset, txn_versions
-from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.batches import (
     BatchThread,
 )

@@ -40,8 +40,8 @@ from ingest.config import IngestConfig
 from ingest.errors import ConfigError
 from ingest.logs import event
 from ingest.protocol.partition import Partition
+from ingest.sink.batch import BatchResult
 from ingest.sink.durable import txn_versions
-from ingest.sink.land import BatchResult
 from ingest.supervisor.engine.batches import BatchThread
 from ingest.supervisor.engine.partitions import Change, PartitionState, range_done
 from ingest.supervisor.engine.runtime import Engine

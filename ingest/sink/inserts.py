@@ -1,0 +1,127 @@
+"""Appends whose rows Delta Spark's writer writes: tables with CHECK constraints, NOT NULL
+columns, invariants, generated columns or identity columns (``features.rows_through_delta_spark``).
+
+ingest's own appends commit Parquet files that nobody checked or completed. For such a
+table the batch's rows are staged like an upsert's (``land.py``) and read back in the
+driver; then:
+
+1. ``checks_of`` lists what each row must satisfy: every CHECK constraint
+   (``delta.constraints.<name>``), every NOT NULL column (but generated and identity ones,
+   which the writer fills) and every column invariant. Delta Spark evaluates them on the
+   batch (``TableCommitter.failing``: a null result fails, as in Delta's own checks); a row
+   that fails one becomes a dead letter naming it (``land.py``), and is never committed.
+2. ``insert`` hands the other rows to Delta Spark's writer, which computes the generated
+   columns and assigns identity values from the table's high-water mark as its own
+   appends do. Its idempotent-write options take one txn action per commit, so the batch
+   makes one write per Kafka partition, each carrying that partition's rows and txn: every
+   partition's rows and its offsets land in one commit. A partition's rows at or below its
+   txn version (a concurrent writer of the same partitions won) are dropped first; a lost
+   race reloads, re-filters and writes again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, Schema
+
+from ingest.errors import SinkError
+from ingest.sink.delta import CommitOutcome, DeltaTarget
+from ingest.sink.merge import refilter_rows
+from ingest.sink.metadata.evolution import schema_changes
+from ingest.sink.txn import TableCommitter, newer_txns
+
+__all__ = ["checks_of", "insert"]
+
+log = logging.getLogger("ingest.sink")
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def checks_of(table: DeltaTable) -> list[tuple[str, str]]:
+    """(label, Spark SQL expression every row must make true) of ``table``'s constraints."""
+    configuration = table.metadata().configuration
+    checks = [
+        (f"CHECK constraint {key.split('.', 2)[2]} ({value})", str(value))
+        for key, value in sorted(configuration.items())
+        if key.lower().startswith("delta.constraints.") and value
+    ]
+    fields: list[dict[str, Any]] = json.loads(table.schema().to_json()).get("fields", [])
+    for field in fields:
+        name, metadata = field["name"], field.get("metadata") or {}
+        filled = "delta.generationExpression" in metadata or any(
+            key.startswith("delta.identity.") for key in metadata
+        )
+        if field.get("nullable") is False and not filled:
+            checks.append((f"NOT NULL column {name}", f"{_quoted(name)} IS NOT NULL"))
+        invariant = metadata.get("delta.invariants")
+        if invariant:
+            expression = json.loads(invariant)["expression"]["expression"]
+            checks.append((f"invariant of column {name} ({expression})", expression))
+    return checks
+
+
+def insert(
+    target: DeltaTarget,
+    committer: TableCommitter,
+    source: pa.Table,
+    txns: Mapping[str, int],
+    app_id_of: Callable[[str, int], str],
+) -> CommitOutcome:
+    """Appends ``source`` (rows that passed ``checks_of``) through Delta Spark's writer, one
+    write per partition with its txn (see the module docstring)."""
+    pairs = source.select(["topic", "partition"]).to_pylist()
+    apps = pa.array([app_id_of(p["topic"], p["partition"]) for p in pairs], pa.string())
+    versions: dict[str, int | None] = {}
+    last = -1
+    written = attempts = 0
+    for app in sorted(txns):
+        for attempt in range(1, target.max_attempts + 1):
+            attempts += 1
+            table = target.load()
+            if table is None:
+                raise SinkError(f"{target.uri}: the table is gone")
+            current = DeltaTarget.versions_in(table, [app])
+            versions[app] = current[app]
+            if not newer_txns({app: txns[app]}, current):
+                break
+            rows = refilter_rows(source.filter(pc.equal(apps, app)), current, app_id_of)
+            added = schema_changes(table.schema(), rows.schema)
+            if added:
+                committer.add_columns(target.uri, Schema(added).to_json())
+                continue
+            if rows.num_rows:
+                version = committer.insert(target.uri, rows, (app, txns[app]))
+            else:
+                version = committer.commit(
+                    target.uri,
+                    [],
+                    {app: txns[app]},
+                    read_version=table.version(),
+                    read_txns=current,
+                )
+            if version is None:
+                target.backoff(attempt)
+                continue
+            versions[app] = txns[app]
+            written += rows.num_rows
+            last = max(last, version)
+            break
+        else:
+            raise SinkError(f"{target.uri}: no write after {target.max_attempts} attempts")
+    return CommitOutcome(
+        None if last < 0 else last,
+        (),
+        written,
+        versions,
+        attempts,
+        committed=last >= 0,
+        dropped_rows=source.num_rows - written,
+    )
