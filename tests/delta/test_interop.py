@@ -9,12 +9,14 @@ each run is a short ``--until-end`` run on the session's Spark.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -460,6 +462,31 @@ def test_delta_spark_writes_the_rows(
     assert spark_rows(spark, upsert_identity) == upserted_rows(())
     numbers = spark_rows(spark, upsert_identity, "n")
     assert None not in numbers and len(set(numbers)) == len(numbers) == IDS
+
+
+def test_a_delta_spark_write_whose_txn_a_rival_reached_commits_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Delta Spark skips a write or MERGE whose txn version the table already holds (a rival
+    of the same partition committed first): the committer says so (None), so the caller
+    reloads instead of counting a commit that never was."""
+    from ingest.engines.spark.delta_commit import DeltaSparkCommitter
+    from ingest.sink.txn import MergeClauses
+
+    table = tmp_path / "t"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, v STRING) USING delta")
+    committer = DeltaSparkCommitter(spark)
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]})
+    version = committer.insert(str(table), rows, ("app", 7))
+    assert version == 1
+    assert DeltaTable(str(table)).transaction_version("app") == 7
+    assert committer.insert(str(table), rows, ("app", 7)) is None
+    clauses = MergeClauses("t.id = s.id", "true", None, None, ("id", "v"), ("app", 6))
+    assert committer.merge(str(table), rows, clauses) is None
+    assert DeltaTable(str(table)).version() == 1
+    done = committer.merge(str(table), rows, dataclasses.replace(clauses, txn=("app", 8)))
+    assert done is not None and (done.version, done.updated) == (2, 2)
+    assert spark_rows(spark, table) == [(1, "a"), (2, "b")]
 
 
 REFUSED = {

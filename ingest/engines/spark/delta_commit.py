@@ -114,6 +114,7 @@ class DeltaSparkCommitter:
         app, version = clauses.txn
         session.conf.set(_TXN_APP_ID, app)
         session.conf.set(_TXN_VERSION, str(version))
+        session.conf.unset(_LAST_COMMIT)
         try:
             source = session.createDataFrame(rows)
             values: dict[str, Any] = {c: f"s.{_quoted(c)}" for c in clauses.columns}
@@ -124,8 +125,8 @@ class DeltaSparkCommitter:
                 merger = merger.whenMatchedDelete(clauses.delete_when)
             merger = merger.whenMatchedUpdate(clauses.update_when, set=values)
             merger = merger.whenNotMatchedInsert(clauses.insert_when or "true", values=values)
-            metrics = merger.execute().collect()[0].asDict()
-            committed = int(session.conf.get(_LAST_COMMIT))
+            done = merger.execute().collect()
+            committed = session.conf.get(_LAST_COMMIT, None)
         except DeltaConcurrentModificationException as exc:
             log.info("%s: a Delta Spark MERGE lost a race: %s", uri, str(exc).splitlines()[0])
             return None
@@ -134,8 +135,14 @@ class DeltaSparkCommitter:
         finally:
             session.conf.unset(_TXN_APP_ID)
             session.conf.unset(_TXN_VERSION)
+        if committed is None:
+            # No commit: Delta skipped the MERGE, whose txn version a rival's commit of the
+            # same partition reached first (idempotent DML); the caller reloads.
+            log.info("%s: txn %s reached %d by another commit first", uri, app, version)
+            return None
+        metrics = done[0].asDict() if done else {}
         return MergeDone(
-            committed,
+            int(committed),
             int(metrics.get("num_inserted_rows", 0)),
             int(metrics.get("num_updated_rows", 0)),
             int(metrics.get("num_deleted_rows", 0)),
@@ -146,11 +153,14 @@ class DeltaSparkCommitter:
 
         session = self._merge_session()
         app, version = txn
+        session.conf.unset(_LAST_COMMIT)
         try:
             frame = session.createDataFrame(rows)
             writer = frame.write.format("delta").mode("append")
             writer.option("txnAppId", app).option("txnVersion", str(version)).save(uri)
-            return int(session.conf.get(_LAST_COMMIT))
+            committed = session.conf.get(_LAST_COMMIT, None)
+            # None: Delta skipped the write, a rival's commit of the partition came first.
+            return None if committed is None else int(committed)
         except DeltaConcurrentModificationException as exc:
             log.info("%s: a Delta Spark write lost a race: %s", uri, str(exc).splitlines()[0])
             return None
