@@ -51,7 +51,6 @@ from ingest.faults import fault_point
 from ingest.protocol.partition import Partition
 from ingest.sink.files import DataFile
 from ingest.sink.maintenance import rewrite
-from ingest.sink.maintenance.rewrite import StaleBatchError
 from ingest.sink.metadata.evolution import (
     evolve,
     mapping_of,
@@ -59,8 +58,8 @@ from ingest.sink.metadata.evolution import (
     schema_changes,
     widening,
 )
-from ingest.sink.metadata.features import Use, through_delta_spark
-from ingest.sink.metadata.mapping import ColumnMapping, covering
+from ingest.sink.metadata.features import Use, committed_by_delta_spark, through_delta_spark
+from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import (
     COMMIT_TOKEN_KEY,
@@ -267,7 +266,7 @@ class DeltaTarget:
                     except CommitFailedError:
                         self.backoff(attempt)
                     continue  # reload: commit on the evolved snapshot
-                self._check_mapping(pending, schema, mapped, mapping)
+                rewrite.check_written(self.uri, table, pending, schema, mapping, appending=True)
                 in_doubt = True
                 adds = [f.add_action() for f in pending]
                 if committer is not None:
@@ -338,7 +337,7 @@ class DeltaTarget:
                     self.backoff(attempt)
                     continue
                 mapped = mapping_of(table)
-                self._check_mapping(pending, schema, mapped, mapping)
+                rewrite.check_written(self.uri, table, pending, schema, mapping)
                 self._check_files(pending)
                 removes, rewritten, replaced = rewrite.cut_ranges(
                     self.location, table, ranges, attempt, mapped
@@ -460,28 +459,16 @@ class DeltaTarget:
         raise SinkError(f"{self.uri}: committed, but the commit is not in the last 50 versions")
 
     def committer_for(self, table: DeltaTable, use: Use = "append") -> TableCommitter | None:
-        """Delta Spark's transaction for a table delta-rs cannot write, else None."""
-        features = through_delta_spark(table, use)
+        """Delta Spark for a table delta-rs cannot write (``use`` "append": commits of files
+        and txns; "upsert": MERGEs), else None."""
+        features = (
+            through_delta_spark(table, use) if use != "append" else committed_by_delta_spark(table)
+        )
         if not features:
             return None
         if self.committer is None:  # check_table refused it before the batch, mostly
             raise SinkError(f"{self.uri}: {features} need the Spark engine")
         return self.committer
-
-    def _check_mapping(
-        self,
-        files: Sequence[DataFile],
-        schema: pa.Schema,
-        table: ColumnMapping | None,
-        written: ColumnMapping | None,
-    ) -> None:
-        """Raises ``StaleBatchError`` when ``files`` (of ``schema``'s columns) were written
-        with another column mapping than the ``table``'s now."""
-        if files and covering(table, schema.names) != covering(written, schema.names):
-            raise StaleBatchError(
-                f"{self.uri}: the table's column mapping changed since the batch's files "
-                "were written (a column added, renamed or mapped): writing them again"
-            )
 
     def _check_files(self, files: Sequence[DataFile]) -> None:
         if not files:

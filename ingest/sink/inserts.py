@@ -1,5 +1,6 @@
-"""Appends whose rows Delta Spark's writer writes: tables with CHECK constraints, NOT NULL
-columns, invariants, generated columns or identity columns (``features.rows_through_delta_spark``).
+"""Appends whose rows Delta Spark writes (an insert-only MERGE): tables with CHECK
+constraints, NOT NULL columns, invariants, generated or identity columns
+(``features.rows_through_delta_spark``).
 
 ingest's own appends commit Parquet files that nobody checked or completed. For such a
 table the batch's rows are staged like an upsert's (``land.py``) and read back in the
@@ -10,13 +11,19 @@ driver; then:
    which the writer fills) and every column invariant. Delta Spark evaluates them on the
    batch (``TableCommitter.failing``: a null result fails, as in Delta's own checks); a row
    that fails one becomes a dead letter naming it (``land.py``), and is never committed.
-2. ``insert`` hands the other rows to Delta Spark's writer, which computes the generated
-   columns and assigns identity values from the table's high-water mark as its own
-   appends do. Its idempotent-write options take one txn action per commit, so the batch
-   makes one write per Kafka partition, each carrying that partition's rows and txn: every
-   partition's rows and its offsets land in one commit. A partition's rows at or below its
-   txn version (a concurrent writer of the same partitions won) are dropped first; a lost
-   race reloads, re-filters and writes again.
+2. ``insert`` hands the other rows to Delta Spark as an insert-only MERGE on (topic,
+   partition, offset), which computes the generated columns and assigns identity values
+   from the table's high-water mark as Delta Spark's own writes do. Its idempotent-DML
+   confs take one txn action per commit, so the batch makes one MERGE per Kafka
+   partition, each carrying that partition's rows and txn: every partition's rows and its
+   offsets land in one commit. Why a MERGE and not Delta Spark's append: the rows are
+   re-filtered by the txn versions of a delta-rs snapshot, and Delta's writer skips a
+   write only when the table's txn version already reaches the batch's; a rival that
+   committed part of the range in between would get that part twice. The MERGE's join
+   leaves out any offset the table holds at its own snapshot, and Delta's conflict check
+   fails it when a rival adds such rows while it runs. So an offset the table holds is
+   never appended again, by any group (unlike ingest's own appends, where another group
+   lands its own copy). A lost race reloads, re-filters and merges again.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from ingest.errors import SinkError
 from ingest.sink.delta import CommitOutcome, DeltaTarget
 from ingest.sink.merge import refilter_rows
 from ingest.sink.metadata.evolution import schema_changes
-from ingest.sink.txn import TableCommitter, newer_txns
+from ingest.sink.txn import MergeClauses, TableCommitter, newer_txns
 
 __all__ = ["checks_of", "insert"]
 
@@ -68,6 +75,12 @@ def checks_of(table: DeltaTable) -> list[tuple[str, str]]:
     return checks
 
 
+def _insert_only(rows: pa.Table, txn: tuple[str, int]) -> MergeClauses:
+    """A MERGE that inserts the rows whose offset the table does not hold yet."""
+    on = " AND ".join(f"t.{_quoted(c)} = s.{_quoted(c)}" for c in ("topic", "partition", "offset"))
+    return MergeClauses(on, None, None, None, tuple(rows.schema.names), txn)
+
+
 def insert(
     target: DeltaTarget,
     committer: TableCommitter,
@@ -75,8 +88,16 @@ def insert(
     txns: Mapping[str, int],
     app_id_of: Callable[[str, int], str],
 ) -> CommitOutcome:
-    """Appends ``source`` (rows that passed ``checks_of``) through Delta Spark's writer, one
-    write per partition with its txn (see the module docstring)."""
+    """Appends ``source`` (rows that passed ``checks_of``) through Delta Spark, one
+    insert-only MERGE per partition with its txn (see the module docstring)."""
+    keys = {"topic", "partition", "offset"}
+    table = target.load()
+    held = set() if table is None else {f.name for f in table.schema().fields}
+    if not keys <= set(source.column_names) or not keys <= held:
+        raise SinkError(
+            f"{target.uri}: an append Delta Spark writes needs the columns topic, partition "
+            "and offset in the rows and the table (its MERGE joins on them)"
+        )
     pairs = source.select(["topic", "partition"]).to_pylist()
     apps = pa.array([app_id_of(p["topic"], p["partition"]) for p in pairs], pa.string())
     versions: dict[str, int | None] = {}
@@ -98,7 +119,8 @@ def insert(
                 committer.add_columns(target.uri, Schema(added).to_json())
                 continue
             if rows.num_rows:
-                version = committer.insert(target.uri, rows, (app, txns[app]))
+                done = committer.merge(target.uri, rows, _insert_only(rows, (app, txns[app])))
+                version = None if done is None else done.version
             else:
                 version = committer.commit(
                     target.uri,

@@ -24,7 +24,7 @@ Steps, each timed in ``BatchResult.stage_seconds`` (the names are metric labels)
    rows are staged under ``_ingest_staging/<token>`` in the table's location). A table
    with constraints, generated or identity columns, on the Spark engine: its rows are
    staged too, those that break a constraint become dead letters in step 3, and the
-   others go to Delta Spark's writer (append: ``inserts.py``) or to the MERGE.
+   others go to Delta Spark (append: an insert-only MERGE, ``inserts.py``) or to the MERGE.
    This commit makes the batch durable: the supervisor commits Kafka offsets
    only after it. The fault point ``before_delta_commit`` fires just before it.
 

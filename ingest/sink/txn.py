@@ -60,12 +60,13 @@ REWRITE_GUARD = "ingest:rewrite-guard"
 
 @dataclass(frozen=True)
 class MergeClauses:
-    """An upsert's MERGE (``merge.py`` spells it): source ``s``, target ``t``; the
-    ``columns`` it writes; ``delete_when``: None when no row deletes; ``txn``: the one txn
-    action (app id, version) its commit carries."""
+    """A MERGE of source ``s`` into target ``t`` (an upsert's: ``merge.py``; an insert-only
+    append's: ``inserts.py``): the ``columns`` it writes; ``update_when`` and
+    ``delete_when``: None when no matched row updates or deletes; ``txn``: the one txn action
+    (app id, version) its commit carries."""
 
     on: str
-    update_when: str
+    update_when: str | None
     delete_when: str | None
     insert_when: str | None
     columns: tuple[str, ...]
@@ -107,12 +108,6 @@ class TableCommitter(Protocol):
         """MERGEs ``rows`` into the table as ``clauses`` say, in one commit that carries
         ``clauses.txn`` (one partition's app id and version): what it did; None when a
         concurrent commit won (the caller reloads and tries again)."""
-        ...
-
-    def insert(self, uri: str, rows: pa.Table, txn: tuple[str, int]) -> int | None:
-        """Appends ``rows`` with Delta Spark's writer (which computes generated columns,
-        assigns identity values and checks constraints) in one commit that carries ``txn``
-        (app id, version): its version; None when a concurrent commit won."""
         ...
 
     def failing(self, rows: pa.Table, checks: Sequence[tuple[str, str]]) -> list[str | None]:

@@ -402,11 +402,12 @@ def _dead_letters(table: Path) -> list[tuple[Any, ...]]:
 def test_delta_spark_writes_the_rows(
     broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path
 ) -> None:
-    """Tables whose appends Delta Spark's writer must write: a partitioned one with a
-    generated column (`id2` = id * 2), a CHECK constraint and a NOT NULL column, and one with
-    an identity column. The rows that break the constraint become dead letters naming it and
-    are never committed; the others land through Delta Spark's writer (one write per Kafka
-    partition with its txn), which computes `id2` and assigns identity values. Upserts: a
+    """Tables whose appends Delta Spark must write: a partitioned one with a generated column
+    (`id2` = id * 2), a CHECK constraint and a NOT NULL column, one whose NOT NULL column
+    `key` every record leaves null, and one with an identity column. The rows that break a
+    constraint become dead letters naming it and are never committed; the others land as
+    one insert-only Delta Spark MERGE per Kafka partition with its txn, which computes `id2`
+    and assigns identity values. Upserts: a
     delta-rs MERGE computes `id2` and, the breaking rows gone to dead letters first, commits;
     on the identity table a Delta Spark MERGE per partition assigns the inserted rows'."""
     options = {"partitioned": True, "generated": True}
@@ -427,11 +428,22 @@ def test_delta_spark_writes_the_rows(
     assert [(i, v) for i, v, _ in rows] == [r for r in appended_rows() if r[0] < 30 or r[0] >= 1000]
     assert all(id2 == 2 * i for i, _, id2 in rows)
     assert _dead_letters(appended) == breaking
-    writes = [i for i in _commit_infos(appended).values() if i["operation"] == "WRITE"]
-    assert len(writes) == 3, writes  # Spark's INSERT of its rows, then one per Kafka partition
+    merges = [i for i in _commit_infos(appended).values() if i["operation"] == "MERGE"]
+    assert len(merges) == 2, merges  # one insert-only MERGE per Kafka partition
+    # Another group: the MERGE joins on (topic, partition, offset), so the offsets the table
+    # holds never land twice, whoever lands them.
     again = _run(spark, tmp_path, broker, topic, appended, sections=partitioned)
-    assert again.exit_code == 0, again.message  # another group: every row once more
-    assert len(spark_rows(spark, appended, "id")) == 2 * len(rows) - len(SPARK_IDS)
+    assert again.exit_code == 0, again.message
+    assert len(spark_rows(spark, appended, "id")) == len(rows)
+
+    keyed = tmp_path / "keyed"  # the records have no Kafka key: each one breaks NOT NULL
+    create_spark_table(spark, keyed, not_null=("key",), seed=False)
+    outcome = _run(spark, tmp_path, broker, topic, keyed)
+    assert outcome.exit_code == 0, outcome.message
+    assert spark_rows(spark, keyed) == []
+    assert _dead_letters(keyed) == sorted(
+        (n % 2, n // 2, "violates the table's NOT NULL column key") for n in range(COUNT)
+    )
 
     outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert", sections=partitioned)
     assert outcome.exit_code == 0, outcome.message
@@ -467,9 +479,9 @@ def test_delta_spark_writes_the_rows(
 def test_a_delta_spark_write_whose_txn_a_rival_reached_commits_nothing(
     spark: Any, tmp_path: Path
 ) -> None:
-    """Delta Spark skips a write or MERGE whose txn version the table already holds (a rival
-    of the same partition committed first): the committer says so (None), so the caller
-    reloads instead of counting a commit that never was."""
+    """Delta Spark skips a MERGE (an upsert's, or an insert-only append's) whose txn version
+    the table already holds (a rival of the same partition committed first): the committer
+    says so (None), so the caller reloads instead of counting a commit that never was."""
     from ingest.engines.spark.delta_commit import DeltaSparkCommitter
     from ingest.sink.txn import MergeClauses
 
@@ -477,16 +489,32 @@ def test_a_delta_spark_write_whose_txn_a_rival_reached_commits_nothing(
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, v STRING) USING delta")
     committer = DeltaSparkCommitter(spark)
     rows = pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]})
-    version = committer.insert(str(table), rows, ("app", 7))
-    assert version == 1
+    inserting = MergeClauses("t.id = s.id", None, None, None, ("id", "v"), ("app", 7))
+    done = committer.merge(str(table), rows, inserting)
+    assert done is not None and (done.version, done.inserted) == (1, 2)
     assert DeltaTable(str(table)).transaction_version("app") == 7
-    assert committer.insert(str(table), rows, ("app", 7)) is None
-    clauses = MergeClauses("t.id = s.id", "true", None, None, ("id", "v"), ("app", 6))
+    assert committer.merge(str(table), rows, inserting) is None
+    clauses = dataclasses.replace(inserting, update_when="true", txn=("app", 6))
     assert committer.merge(str(table), rows, clauses) is None
     assert DeltaTable(str(table)).version() == 1
     done = committer.merge(str(table), rows, dataclasses.replace(clauses, txn=("app", 8)))
     assert done is not None and (done.version, done.updated) == (2, 2)
     assert spark_rows(spark, table) == [(1, "a"), (2, "b")]
+
+
+def test_delta_spark_commits_to_s3_need_a_log_store_that_excludes_a_second_writer(
+    spark: Any,
+) -> None:
+    from ingest.engines.spark.delta_commit import DeltaSparkCommitter
+    from ingest.errors import SinkError
+    from ingest.sink.txn import MergeClauses
+
+    committer = DeltaSparkCommitter(spark)
+    with pytest.raises(SinkError, match="S3SingleDriverLogStore"):
+        committer.commit("s3://lake/t", [], {"app": 1}, read_version=0, read_txns={"app": None})
+    clauses = MergeClauses("true", None, None, None, ("id",), ("app", 1))
+    with pytest.raises(SinkError, match=r"spark\.delta\.logStore\.s3a\.impl"):
+        committer.merge("s3a://lake/t", pa.table({"id": [1]}), clauses)
 
 
 REFUSED = {

@@ -33,7 +33,7 @@ def _spark_only(*tables: TableConfig) -> str:
         if "{topic}" in table.uri:
             continue  # resolved per topic; a batch's check_table refuses such a table
         existing = load_table(TableLocation.of(table.uri, table.storage_options))
-        features = through_delta_spark(existing)
+        features = through_delta_spark(existing, table.mode)
         if features:
             found.append(f"{table.uri}: {', '.join(features)}")
     return "; ".join(found)

@@ -30,6 +30,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 from deltalake.transaction import AddAction
@@ -75,6 +76,7 @@ class DeltaSparkCommitter:
             self._tuned = True
             if self.session.conf.get(_SNAPSHOT_PARTITIONS, None) is None:
                 self.session.conf.set(_SNAPSHOT_PARTITIONS, "1")
+        self._check_log_store(uri)
         session = self.session._jsparkSession
         # Delta reads the thread's active session (this thread is the supervisor's, not
         # one Spark started).
@@ -110,6 +112,7 @@ class DeltaSparkCommitter:
         from delta.exceptions import DeltaConcurrentModificationException
         from delta.tables import DeltaTable
 
+        self._check_log_store(uri)
         session = self._merge_session()
         app, version = clauses.txn
         session.conf.set(_TXN_APP_ID, app)
@@ -123,7 +126,8 @@ class DeltaSparkCommitter:
             )
             if clauses.delete_when is not None:
                 merger = merger.whenMatchedDelete(clauses.delete_when)
-            merger = merger.whenMatchedUpdate(clauses.update_when, set=values)
+            if clauses.update_when is not None:
+                merger = merger.whenMatchedUpdate(clauses.update_when, set=values)
             merger = merger.whenNotMatchedInsert(clauses.insert_when or "true", values=values)
             done = merger.execute().collect()
             committed = session.conf.get(_LAST_COMMIT, None)
@@ -147,25 +151,6 @@ class DeltaSparkCommitter:
             int(metrics.get("num_updated_rows", 0)),
             int(metrics.get("num_deleted_rows", 0)),
         )
-
-    def insert(self, uri: str, rows: pa.Table, txn: tuple[str, int]) -> int | None:
-        from delta.exceptions import DeltaConcurrentModificationException
-
-        session = self._merge_session()
-        app, version = txn
-        session.conf.unset(_LAST_COMMIT)
-        try:
-            frame = session.createDataFrame(rows)
-            writer = frame.write.format("delta").mode("append")
-            writer.option("txnAppId", app).option("txnVersion", str(version)).save(uri)
-            committed = session.conf.get(_LAST_COMMIT, None)
-            # None: Delta skipped the write, a rival's commit of the partition came first.
-            return None if committed is None else int(committed)
-        except DeltaConcurrentModificationException as exc:
-            log.info("%s: a Delta Spark write lost a race: %s", uri, str(exc).splitlines()[0])
-            return None
-        except Exception as exc:  # pyspark's captured JVM errors
-            raise SinkError(f"{uri}: Delta Spark's write failed: {exc}") from None
 
     def failing(self, rows: pa.Table, checks: Sequence[tuple[str, str]]) -> list[str | None]:
         if not checks or rows.num_rows == 0:
@@ -205,11 +190,42 @@ class DeltaSparkCommitter:
         return self._merges
 
     def add_columns(self, uri: str, schema_json: str) -> None:
+        self._check_log_store(uri)
         struct = self.jvm.org.apache.spark.sql.types.DataType.fromJson(schema_json)
-        log.info("%s: adding columns %s through Delta Spark", uri, list(struct.fieldNames()))
+        names = list(struct.fieldNames())
+        log.info("%s: adding columns %s through Delta Spark", uri, names)
         self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.session._jsparkSession)
         path = uri.replace("`", "``")
-        self.session.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({struct.toDDL()})")
+        try:
+            self.session.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({struct.toDDL()})")
+        except Exception as exc:  # pyspark's captured JVM errors
+            text = str(exc)
+            # A rival added them, or changed the table meanwhile: the caller reloads and
+            # finds the columns there (or adds what is still missing).
+            if "already exists" in text or "Concurrent" in text or "MetadataChanged" in text:
+                log.info("%s: adding columns %s lost a race: %s", uri, names, text[:200])
+                return
+            raise SinkError(f"{uri}: Delta Spark could not add columns {names}: {exc}") from None
+
+    def _check_log_store(self, uri: str) -> None:
+        """Refuses a commit to S3 through Delta Spark's default S3 log store, which makes a
+        commit file with a plain PUT: a second writer (another host's Delta Spark, or
+        delta-rs, which coordinates by conditional writes only) committing the same version
+        would overwrite it, and the rows whose offsets ingest then commits to Kafka would be
+        lost. A session that names its own S3 log store has chosen."""
+        if urlsplit(uri).scheme.lower() not in ("s3", "s3a"):
+            return
+        keys = ("spark.delta.logStore.s3a.impl", "spark.delta.logStore.s3.impl")
+        if any(self.session.conf.get(key, None) for key in (*keys, "spark.delta.logStore.class")):
+            return
+        raise SinkError(
+            f"{uri}: this table's features need Delta Spark's commits, and Delta Spark 4.4 "
+            "commits to S3 with a plain PUT (S3SingleDriverLogStore), which does not stop a "
+            "second writer of the same version; delta-rs, ingest's other writer, coordinates "
+            "by conditional writes only (upstream limits). Set spark.delta.logStore.s3a.impl "
+            "(e.g. io.delta.storage.S3DynamoDBLogStore, with every writer of the table on it) "
+            "in [spark] conf to take this on"
+        )
 
     def _seq(self, actions: Sequence[str]) -> Any:
         listed = self.jvm.java.util.ArrayList()

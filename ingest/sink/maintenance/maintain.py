@@ -50,7 +50,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from ingest.errors import ConfigError, SinkError
 from ingest.sink.maintenance.compact import Compaction, compact
-from ingest.sink.metadata.features import check_table, through_delta_spark
+from ingest.sink.metadata.features import check_table, committed_by_delta_spark
 from ingest.sink.storage import TableLocation
 
 __all__ = [
@@ -204,7 +204,7 @@ def maintain(location: TableLocation, settings: MaintenanceSettings) -> Maintena
     if table is None:
         return MaintenanceReport(location.uri, skipped="no table yet")
     check_txn_retention(location, table)
-    spark_only = through_delta_spark(table)
+    spark_only = committed_by_delta_spark(table)
     if spark_only:
         return MaintenanceReport(
             location.uri,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,9 @@ from deltalake.transaction import RemoveAction
 from ingest.errors import SinkError
 from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, sources_of, write_data_file
-from ingest.sink.metadata.mapping import ColumnMapping, logical, physical_name
+from ingest.sink.metadata.evolution import mapping_of
+from ingest.sink.metadata.features import rows_through_delta_spark
+from ingest.sink.metadata.mapping import ColumnMapping, covering, logical, physical_name
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import advances
 
@@ -120,6 +122,33 @@ class StaleBatchError(SinkError):
     """A concurrent writer covered offsets of this batch and its files cannot be
     re-filtered in place, or the table's column mapping changed since its files were
     written: the caller must redo the batch from its segments."""
+
+
+def check_written(
+    uri: str,
+    table: DeltaTable,
+    files: Sequence[DataFile],
+    schema: pa.Schema,
+    written: ColumnMapping | None,
+    *,
+    appending: bool = False,
+) -> None:
+    """Raises ``StaleBatchError`` when ``files`` (of ``schema``'s columns) no longer fit
+    ``table``: written with another column mapping than the table's now, or (``appending``)
+    the table now wants its appended rows checked or completed by Delta Spark's writer
+    (a constraint, generated or identity column added since the batch was planned)."""
+    if not files:
+        return
+    if covering(mapping_of(table), schema.names) != covering(written, schema.names):
+        raise StaleBatchError(
+            f"{uri}: the table's column mapping changed since the batch's files "
+            "were written (a column added, renamed or mapped): writing them again"
+        )
+    if appending and rows_through_delta_spark(table):
+        raise StaleBatchError(
+            f"{uri}: the table's rows must now be checked or completed by Delta Spark "
+            f"({', '.join(rows_through_delta_spark(table))}): writing them again"
+        )
 
 
 def refilter(

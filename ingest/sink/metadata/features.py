@@ -12,8 +12,8 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
 - generated columns, CHECK constraints, NOT NULL columns, invariants, identity columns:
   appended files would lack the generated and identity values and nobody would check the
   rows. With the Spark engine the batch's rows are checked with Delta Spark (a row that
-  breaks a constraint becomes a dead letter naming it) and written by Delta Spark's
-  writer, one write per partition with its txn (``ingest/sink/inserts.py``). A delta-rs
+  breaks a constraint becomes a dead letter naming it) and written by Delta Spark, an
+  insert-only MERGE per partition with its txn (``ingest/sink/inserts.py``). A delta-rs
   MERGE computes generated columns and checks constraints (upserts; identity columns and
   invariants upsert through Delta Spark's MERGE).
 - deletion vectors: appends add new files (no vector needed), a delta-rs MERGE
@@ -67,6 +67,7 @@ __all__ = [
     "Use",
     "active_features",
     "check_table",
+    "committed_by_delta_spark",
     "probe_properties",
     "rows_through_delta_spark",
     "through_delta_spark",
@@ -112,8 +113,8 @@ _THROUGH_SPARK = (
 )
 
 _BY_SPARK_WRITER = (
-    "; with the Spark engine, ingest hands such an append's rows to Delta Spark's writer (one "
-    "write per partition, carrying its txn), after the rows that break a CHECK constraint, a "
+    "; with the Spark engine, ingest hands such an append's rows to Delta Spark (an insert-only "
+    "MERGE per partition, carrying its txn), after the rows that break a CHECK constraint, a "
     "NOT NULL column or an invariant became dead letters naming it"
 )
 
@@ -377,8 +378,8 @@ def active_features(table: DeltaTable) -> dict[str, str]:
 
 
 def through_delta_spark(table: DeltaTable | None, use: Use = "append") -> list[str]:
-    """The features of ``table`` that ingest honours for ``use`` only by committing through
-    Delta Spark's transaction (empty: delta-rs commits)."""
+    """The features of ``table`` that ingest honours for ``use`` only through Delta Spark
+    (its transaction, its writer or its MERGE; empty: delta-rs does it all)."""
     if table is None:
         return []
     rules = {name: FEATURES.get(name) for name in active_features(table)}
@@ -386,6 +387,19 @@ def through_delta_spark(table: DeltaTable | None, use: Use = "append") -> list[s
         name
         for name, rule in rules.items()
         if rule is not None and not rule.allows(use) and rule.allows(use, delta_spark=True)
+    )
+
+
+def committed_by_delta_spark(table: DeltaTable | None) -> list[str]:
+    """The features of ``table`` for which every commit of ingest goes through Delta Spark's
+    transaction (delta-rs cannot write such a table at all): its maintenance is skipped."""
+    if table is None:
+        return []
+    rules = {name: FEATURES.get(name) for name in active_features(table)}
+    return sorted(
+        name
+        for name, rule in rules.items()
+        if rule is not None and "append" in rule.delta_spark and not rule.rows and not rule.append
     )
 
 

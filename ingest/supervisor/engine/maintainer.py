@@ -36,7 +36,11 @@ from ingest.sink.maintenance.maintain import (
     load_table,
     maintain,
 )
-from ingest.sink.metadata.features import check_table, probe_properties, through_delta_spark
+from ingest.sink.metadata.features import (
+    check_table,
+    committed_by_delta_spark,
+    probe_properties,
+)
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import TableConfig, WriteMode
 from ingest.supervisor.wiring import maintenance_settings, table_router
@@ -109,7 +113,7 @@ def _check_uses(
     # ("auto" picks Spark for such a table); maintenance skips such a table (``maintain``).
     if writing:
         check_table(uri, table, use, delta_spark=config.spark.engine != "local")
-    if compacting and not through_delta_spark(table):
+    if compacting and not committed_by_delta_spark(table):
         check_table(uri, table, "compact")
 
 
