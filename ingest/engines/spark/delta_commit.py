@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -52,6 +52,33 @@ _LAST_COMMIT = "spark.databricks.delta.lastCommitVersionInSession"
 _LOST_RACE = "java.util.ConcurrentModificationException"
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _keeps_active_session(
+    method: Callable[Concatenate[DeltaSparkCommitter, P], R],
+) -> Callable[Concatenate[DeltaSparkCommitter, P], R]:
+    """Gives the calling thread its active Spark session back afterwards: the committer makes
+    its own sessions active (Delta reads the thread's), and a caller's later Delta statements
+    on this thread must not run under them (measured: Delta Spark then fails its commit on
+    metrics its session never registered)."""
+
+    def keeping(self: DeltaSparkCommitter, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        spark = self.jvm.org.apache.spark.sql.SparkSession
+        before = spark.getActiveSession()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            if before.isDefined():
+                spark.setActiveSession(before.get())
+            else:
+                spark.clearActiveSession()
+
+    keeping.__name__, keeping.__doc__ = method.__name__, method.__doc__
+    return keeping
+
+
 class DeltaSparkCommitter:
     """``ingest.sink.txn.TableCommitter`` on a live Spark session with Delta's jars."""
 
@@ -61,6 +88,7 @@ class DeltaSparkCommitter:
         self._tuned = False
         self._merges: Any | None = None
 
+    @_keeps_active_session
     def commit(
         self,
         uri: str,
@@ -108,6 +136,7 @@ class DeltaSparkCommitter:
             raise SinkError(f"{uri}: Delta Spark's commit failed: {_message(exc)}") from None
         return version
 
+    @_keeps_active_session
     def merge(self, uri: str, rows: pa.Table, clauses: MergeClauses) -> MergeDone | None:
         from delta.exceptions import DeltaConcurrentModificationException
         from delta.tables import DeltaTable
@@ -152,6 +181,7 @@ class DeltaSparkCommitter:
             int(metrics.get("num_deleted_rows", 0)),
         )
 
+    @_keeps_active_session
     def failing(self, rows: pa.Table, checks: Sequence[tuple[str, str]]) -> list[str | None]:
         if not checks or rows.num_rows == 0:
             return [None] * rows.num_rows
@@ -189,6 +219,7 @@ class DeltaSparkCommitter:
         self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._merges._jsparkSession)
         return self._merges
 
+    @_keeps_active_session
     def add_columns(self, uri: str, schema_json: str) -> None:
         self._check_log_store(uri)
         struct = self.jvm.org.apache.spark.sql.types.DataType.fromJson(schema_json)
