@@ -34,14 +34,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from deltalake import DeltaTable, Schema
+from deltalake import DeltaTable
 
 from ingest.errors import SinkError
 from ingest.sink.delta import CommitOutcome, DeltaTarget
-from ingest.sink.merge import refilter_rows
-from ingest.sink.metadata.evolution import schema_changes
-from ingest.sink.txn import MergeClauses, TableCommitter, newer_txns
+from ingest.sink.merge import merge_per_partition
+from ingest.sink.txn import MergeClauses, TableCommitter
 
 __all__ = ["checks_of", "insert"]
 
@@ -98,52 +96,13 @@ def insert(
             f"{target.uri}: an append Delta Spark writes needs the columns topic, partition "
             "and offset in the rows and the table (its MERGE joins on them)"
         )
-    pairs = source.select(["topic", "partition"]).to_pylist()
-    apps = pa.array([app_id_of(p["topic"], p["partition"]) for p in pairs], pa.string())
-    versions: dict[str, int | None] = {}
-    last = -1
-    written = attempts = 0
-    for app in sorted(txns):
-        for attempt in range(1, target.max_attempts + 1):
-            attempts += 1
-            table = target.load()
-            if table is None:
-                raise SinkError(f"{target.uri}: the table is gone")
-            current = DeltaTarget.versions_in(table, [app])
-            versions[app] = current[app]
-            if not newer_txns({app: txns[app]}, current):
-                break
-            rows = refilter_rows(source.filter(pc.equal(apps, app)), current, app_id_of)
-            added = schema_changes(table.schema(), rows.schema)
-            if added:
-                committer.add_columns(target.uri, Schema(added).to_json())
-                continue
-            if rows.num_rows:
-                done = committer.merge(target.uri, rows, _insert_only(rows, (app, txns[app])))
-                version = None if done is None else done.version
-            else:
-                version = committer.commit(
-                    target.uri,
-                    [],
-                    {app: txns[app]},
-                    read_version=table.version(),
-                    read_txns=current,
-                )
-            if version is None:
-                target.backoff(attempt)
-                continue
-            versions[app] = txns[app]
-            written += rows.num_rows
-            last = max(last, version)
-            break
-        else:
-            raise SinkError(f"{target.uri}: no write after {target.max_attempts} attempts")
-    return CommitOutcome(
-        None if last < 0 else last,
-        (),
-        written,
-        versions,
-        attempts,
-        committed=last >= 0,
-        dropped_rows=source.num_rows - written,
+    return merge_per_partition(
+        target,
+        committer,
+        source,
+        source.schema,
+        txns,
+        app_id_of,
+        rows_of=lambda rows: rows,
+        clauses_of=_insert_only,
     )

@@ -61,6 +61,7 @@ from ingest.sink.txn import (
 
 __all__ = [
     "latest_per_key",
+    "merge_per_partition",
     "merge_predicate",
     "null_key_rows",
     "refilter_rows",
@@ -301,10 +302,36 @@ def _through_delta_spark(
 ) -> CommitOutcome:
     """The upsert of a table only Delta Spark writes: Delta Spark's MERGE, whose commit
     carries one txn action (its idempotent-DML confs take one app id), so one MERGE per
-    partition, each with that partition's rows and txn: every partition's rows and its txn
-    version land in one commit, as in the batch's single commit elsewhere. A partition whose
-    rows all lie at or below its txn version commits its txn alone."""
+    partition (``merge_per_partition``)."""
     deleting = DELETE_COLUMN in source.schema.names
+    return merge_per_partition(
+        target,
+        committer,
+        source,
+        schema,
+        txns,
+        app_id_of,
+        rows_of=lambda rows: latest_per_key(rows, merge_keys),
+        clauses_of=lambda rows, txn: _clauses(merge_keys, schema.names, deleting, txn),
+    )
+
+
+def merge_per_partition(
+    target: DeltaTarget,
+    committer: TableCommitter,
+    source: pa.Table,
+    schema: pa.Schema,
+    txns: Mapping[str, int],
+    app_id_of: Callable[[str, int], str],
+    *,
+    rows_of: Callable[[pa.Table], pa.Table],
+    clauses_of: Callable[[pa.Table, tuple[str, int]], MergeClauses],
+) -> CommitOutcome:
+    """Delta Spark MERGEs of ``source`` (of ``schema``'s columns), one per partition, each
+    with that partition's rows (above its txn version, then ``rows_of``) and its txn
+    (``clauses_of`` spells the MERGE): every partition's rows and its txn version land in
+    one commit, as in the batch's single commit elsewhere. A partition whose rows all lie at
+    or below its txn version commits its txn alone; a lost race reloads and merges again."""
     pairs = source.select(["topic", "partition"]).to_pylist()
     apps = pa.array([app_id_of(p["topic"], p["partition"]) for p in pairs], pa.string())
     done = MergeDone(-1, 0, 0, 0)
@@ -314,7 +341,8 @@ def _through_delta_spark(
         for attempt in range(1, target.max_attempts + 1):
             attempts += 1
             table = target.load()
-            assert table is not None
+            if table is None:
+                raise SinkError(f"{target.uri}: the table is gone")
             current = DeltaTarget.versions_in(table, [app])
             versions[app] = current[app]
             if not newer_txns({app: txns[app]}, current):
@@ -323,12 +351,10 @@ def _through_delta_spark(
             if added:
                 committer.add_columns(target.uri, Schema(added).to_json())
                 continue
-            mine = source.filter(pc.equal(apps, app))
-            rows = latest_per_key(refilter_rows(mine, current, app_id_of), merge_keys)
+            rows = rows_of(refilter_rows(source.filter(pc.equal(apps, app)), current, app_id_of))
             result: MergeDone | None
             if rows.num_rows:
-                clauses = _clauses(merge_keys, schema.names, deleting, (app, txns[app]))
-                result = committer.merge(target.uri, rows, clauses)
+                result = committer.merge(target.uri, rows, clauses_of(rows, (app, txns[app])))
             else:
                 version = committer.commit(
                     target.uri,

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -377,38 +377,33 @@ def active_features(table: DeltaTable) -> dict[str, str]:
     return active
 
 
-def through_delta_spark(table: DeltaTable | None, use: Use = "append") -> list[str]:
-    """The features of ``table`` that ingest honours for ``use`` only through Delta Spark
-    (its transaction, its writer or its MERGE; empty: delta-rs does it all)."""
+def _matching(table: DeltaTable | None, test: Callable[[FeatureRule], bool]) -> list[str]:
+    """The active features of ``table`` whose known rule passes ``test``, sorted."""
     if table is None:
         return []
     rules = {name: FEATURES.get(name) for name in active_features(table)}
-    return sorted(
-        name
-        for name, rule in rules.items()
-        if rule is not None and not rule.allows(use) and rule.allows(use, delta_spark=True)
+    return sorted(name for name, rule in rules.items() if rule is not None and test(rule))
+
+
+def through_delta_spark(table: DeltaTable | None, use: Use = "append") -> list[str]:
+    """The features of ``table`` that ingest honours for ``use`` only through Delta Spark
+    (its transaction, its writer or its MERGE; empty: delta-rs does it all)."""
+    return _matching(
+        table, lambda rule: not rule.allows(use) and rule.allows(use, delta_spark=True)
     )
 
 
 def committed_by_delta_spark(table: DeltaTable | None) -> list[str]:
     """The features of ``table`` for which every commit of ingest goes through Delta Spark's
     transaction (delta-rs cannot write such a table at all): its maintenance is skipped."""
-    if table is None:
-        return []
-    rules = {name: FEATURES.get(name) for name in active_features(table)}
-    return sorted(
-        name
-        for name, rule in rules.items()
-        if rule is not None and "append" in rule.delta_spark and not rule.rows and not rule.append
+    return _matching(
+        table, lambda rule: "append" in rule.delta_spark and not rule.rows and not rule.append
     )
 
 
 def rows_through_delta_spark(table: DeltaTable | None) -> list[str]:
     """The features of ``table`` for which an append's rows go to Delta Spark's writer."""
-    if table is None:
-        return []
-    rules = {name: FEATURES.get(name) for name in active_features(table)}
-    return sorted(name for name, rule in rules.items() if rule is not None and rule.rows)
+    return _matching(table, lambda rule: rule.rows)
 
 
 def check_table(uri: str, table: DeltaTable | None, use: Use, *, delta_spark: bool = False) -> None:
