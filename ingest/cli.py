@@ -258,11 +258,23 @@ def _replay(args: argparse.Namespace) -> int:
     return _finish(outcome)
 
 
+def _resolved(config: Any) -> Any:
+    """``config`` with its table by name placed by Spark's catalog (``ingest status`` and
+    ``ingest maintain``; a run's engine does it for ``run`` and ``replay``)."""
+    from ingest.engines.landing import resolve_names
+
+    config, engine = resolve_names(config)
+    if engine is not None:
+        engine.leave_jvm_at_exit = True  # the JVM stops itself when this process ends
+    return config
+
+
 def _status(args: argparse.Namespace) -> int:
     config = _load(args, quiet=True)
     if config is None:
         return 0
     _check_bootstrap(config)
+    config = _resolved(config)
     from ingest.supervisor.output.status import collect_status, print_table, render_text
 
     report = collect_status(config)
@@ -284,6 +296,7 @@ def _maintain(args: argparse.Namespace) -> int:
     config = _load(args, quiet=True)
     if config is None:
         return 0
+    config = _resolved(config)
     from ingest.supervisor.engine.maintainer import maintain_tables, maintenance_fields
 
     report = [maintenance_fields(maintenance) for maintenance in maintain_tables(config)]

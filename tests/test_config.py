@@ -444,3 +444,33 @@ def test_a_full_vacuum_refuses_a_dead_letter_table_inside_the_table() -> None:
     with pytest.raises(ConfigError, match=r"conf/x.toml: dead_letter.uri: a full VACUUM"):
         _parse(inside)
     assert _parse(inside + "\n[maintenance]\nvacuum_full = false\n").maintenance.vacuum
+
+
+@pytest.mark.parametrize(
+    ("table", "extra", "message"),
+    [
+        ("", "", "table.uri: set the Delta table's uri, or its name in Spark's catalog"),
+        ('name = "lake.events"', '[spark]\nengine = "local"', "spark.engine: a table by name"),
+        (
+            'name = "lake.events"',
+            '[[route]]\ntopics = "x"',
+            "route[0].uri: with table.name a route names its own table's uri",
+        ),
+        ('name = "lake.{topic}"\nuri = "/lake/t"', "", "{topic} in table.name needs it"),
+        ('name = "{topic}.t"', "", "table.name: "),
+        ('name = "lake.ev-ents"', "", "table.name: "),
+        ('name = "a.b.c.d"', "", "table.name: "),
+    ],
+)
+def test_a_table_by_name_is_checked_at_load(table: str, extra: str, message: str) -> None:
+    text = MINIMAL.replace('uri = "/tmp/events"', table) + extra + "\n"
+    with pytest.raises(ConfigError) as excinfo:
+        _parse(text)
+    assert message in str(excinfo.value)
+
+
+def test_a_table_by_name_loads_without_a_uri_and_resolves_later() -> None:
+    config = _parse(MINIMAL.replace('uri = "/tmp/events"', 'name = "lake.{topic}"'))
+    assert (config.table.name, config.table.uri) == ("lake.{topic}", None)
+    with pytest.raises(ConfigError, match="not resolved through the catalog yet"):
+        config.table_uri()

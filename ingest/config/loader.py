@@ -22,7 +22,7 @@ from pydantic_core import ErrorDetails
 
 from ingest.client.client_config import Secret
 from ingest.config.sections import NOT_IN_FILE, IngestConfig, MaintenanceSection
-from ingest.config.units import DELTA_URI, HOST_PORT, SPARK_MASTER_URL, Size
+from ingest.config.units import DELTA_URI, HOST_PORT, SPARK_MASTER_URL, TABLE_NAME, Size
 from ingest.ddl import check_ddl
 from ingest.errors import ConfigError
 from ingest.registry import REGISTRY_FORMATS
@@ -84,6 +84,8 @@ _MISMATCH = {
     SPARK_MASTER_URL: "expected a Spark master URL (local, local[N], local[*], local[N,F], "
     "local-cluster[N,C,M], spark://host:port, yarn, k8s://...), got {!r}",
     DELTA_URI: "must be a Delta table's URI (no backquote)",
+    TABLE_NAME: "expected a table name, [catalog.][database.]table in letters, digits and _ "
+    "({{topic}} allowed in the table's own part), got {!r}",
 }
 # A list that may not be empty: what it needs at least one of.
 _AT_LEAST_ONE = {"bootstrap_servers": "host:port", "urls": "URL"}
@@ -192,6 +194,7 @@ def _problems(config: IngestConfig) -> Iterator[tuple[str, str]]:
             "kafka.tls",
             f"is set but security_protocol {protocol} uses no TLS (SSL or SASL_SSL would)",
         )
+    yield from _names(config)
     yield from _topics(config)
     yield from _routes(config)
     if config.source.heartbeat_interval >= config.source.session_timeout:
@@ -220,6 +223,33 @@ def _problems(config: IngestConfig) -> Iterator[tuple[str, str]]:
     yield from _maintenance(config)
     yield from _uris(config)
     yield from _properties(config)
+
+
+def _names(config: IngestConfig) -> Iterator[tuple[str, str]]:
+    """``table.name`` against ``table.uri``, the engine and routes."""
+    table = config.table
+    if table.uri is None and table.name is None:
+        yield "table.uri", "set the Delta table's uri, or its name in Spark's catalog (table.name)"
+    if table.name is None:
+        return
+    placeholder = ("{topic}" in table.name, table.uri is not None and "{topic}" in table.uri)
+    if table.uri is not None and placeholder[0] != placeholder[1]:
+        yield "table.name", "{topic} in table.name needs it in table.uri too, and the reverse"
+    if "{topic}" in table.name.rsplit(".", 1)[0]:
+        yield "table.name", "{topic} may only be in the table's own part (the last)"
+    if config.spark.engine == "local":
+        yield (
+            "spark.engine",
+            "a table by name (table.name) is resolved and created through Spark's catalog: set "
+            'engine "auto" or "spark"',
+        )
+    for index, route in enumerate(config.route):
+        if route.uri is None:
+            yield (
+                f"route[{index}].uri",
+                "with table.name a route names its own table's uri (routes to tables by name "
+                "are not supported)",
+            )
 
 
 def _changes(config: IngestConfig) -> Iterator[tuple[str, str]]:
@@ -299,7 +329,7 @@ def _topics(config: IngestConfig) -> Iterator[tuple[str, str]]:
     if source.topic_pattern is None:
         return
     by_topic = registry is not None and registry.subject_name_strategy != "record"
-    own_tables = "{topic}" in config.table.uri and not config.route
+    own_tables = "{topic}" in (config.table.uri or config.table.name or "") and not config.route
     if value.format in REGISTRY_FORMATS and not value.schema and by_topic and not own_tables:
         yield (
             "source.topic_pattern",
@@ -384,6 +414,8 @@ def _maintenance(config: IngestConfig) -> Iterator[tuple[str, str]]:
             f"a commit's conflict check reads the commits since its snapshot, and "
             f"time travel and `ingest status` read older ones",
         )
+    if config.table.uri is None:
+        return  # a table by name: its dead letters are a table beside it, never inside
     table = config.table.uri.rstrip("/")
     if (
         maintenance.vacuum

@@ -37,6 +37,7 @@ from ingest.config.units import (
     Size,
     SparkMaster,
     Str,
+    TableName,
     ViewName,
 )
 from ingest.errors import ConfigError
@@ -141,10 +142,16 @@ class KeySection:
 class TableSection:
     """The Delta table the topics land in."""
 
-    uri: Str
+    uri: Str | None = None
     """The Delta table's path or URI (file, s3://, ...). With {topic} in it (e.g.
     "s3://lake/raw/{topic}"), each topic lands in a table of its own, created on demand; a batch
-    commits each of its tables in turn, and offsets move only once all of them are durable."""
+    commits each of its tables in turn, and offsets move only once all of them are durable.
+    With name: where a new table goes (an external table); unset, the catalog's place for it."""
+    name: TableName | None = None
+    """The table's name in Spark's catalog (e.g. "db.events" or "raw.{topic}"; set uri, name
+    or both): resolved through the Spark session's catalog ([spark] conf) at the start of
+    each command; a new table is created and registered by Delta Spark at its first batch,
+    its dead letters as <name>_dead_letters (docs/delta-compat.md#tables-by-name)."""
     mode: Literal["append", "upsert"] = "append"
     """\"append": every record a row; "upsert": MERGE by merge_keys."""
     merge_keys: list[Str] = Field(default_factory=list)
@@ -343,8 +350,18 @@ class IngestConfig:
             options[option] = self.secrets[f"table.storage_options_env.{option}"].reveal()
         return options
 
+    def table_uri(self) -> str:
+        """The table's URI: ``table.uri``, or the catalog's location of ``table.name``
+        once resolved (``ingest/engines/spark/catalog.py``)."""
+        if self.table.uri is None:
+            raise ConfigError(
+                f"table {self.table.name!r} is not resolved through the catalog yet",
+                key="table.name",
+            )
+        return self.table.uri
+
     def dead_letter_uri(self) -> str:
-        return self.dead_letter.uri or self.table.uri.rstrip("/") + "_dead_letters"
+        return self.dead_letter.uri or self.table_uri().rstrip("/") + "_dead_letters"
 
 
 def offsets_topic_partition(group_id: str, partitions: int = 50) -> int:

@@ -49,6 +49,9 @@ SPARK_MASTER_URL = f"^(?:{SPARK_MASTER.pattern})$"
 # A Delta table's URI, as a transform may name it: not blank, no backquote.
 DELTA_URI = r"^[^`]*[^`\s][^`]*$"
 VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A table's name in Spark's catalog: [catalog.][database.]table, letters, digits and _
+# (what a Hive metastore takes), {topic} allowed in the table's own part.
+TABLE_NAME = r"^(?:[A-Za-z_][A-Za-z0-9_]*\.){0,2}(?:[A-Za-z0-9_]|\{topic\})+$"
 
 
 def _view_name(name: str) -> str:
@@ -70,6 +73,7 @@ def _regex(text: str) -> str:
 HostPort = Annotated[Str, Field(pattern=HOST_PORT)]
 SparkMaster = Annotated[Str, Field(pattern=SPARK_MASTER_URL)]
 DeltaUri = Annotated[Str, Field(pattern=DELTA_URI)]
+TableName = Annotated[Str, Field(pattern=TABLE_NAME)]
 # A view name a transform's SQL may read (``batch`` is the batch's own view).
 ViewName = Annotated[Str, AfterValidator(_view_name)]
 # A regular expression (Python's syntax), compiled at load.

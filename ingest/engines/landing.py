@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ingest.config import SparkSection
+from ingest.config import IngestConfig, SparkSection
 from ingest.engines.local.local_engine import LocalEngine
 from ingest.engines.spark.spark_session import SparkEngine
 from ingest.sink.batch import Batch, BatchResult
 from ingest.sink.table_config import TableConfig
 
-__all__ = ["LandingEngine", "choose_engine"]
+__all__ = ["LandingEngine", "choose_engine", "resolve_names"]
 
 
 class LandingEngine(Protocol):
@@ -59,3 +59,20 @@ def choose_engine(
         if local is not None:
             return local
     return SparkEngine(section, session, transform=transform, storage_options=storage_options)
+
+
+def resolve_names(
+    config: IngestConfig, session: Any | None = None
+) -> tuple[IngestConfig, LandingEngine | None]:
+    """``config`` with its table by name (``table.name``) placed by Spark's catalog, and
+    the Spark engine, on ``session`` or one started now, that placed it and lands the run's
+    batches; without a name, ``config`` and None."""
+    if config.table.name is None:
+        return config, None
+    engine = SparkEngine(
+        config.spark,
+        session,
+        transform=bool(config.table.transform),
+        storage_options=config.table_storage_options(),
+    )
+    return engine.resolve(config), engine

@@ -113,8 +113,11 @@ class DeltaTarget:
         backoff_seconds: float = 0.05,
         max_backoff_seconds: float = 2.0,
         committer: TableCommitter | None = None,
+        name: str | None = None,
     ) -> None:
         self.location = location
+        # Its name in Spark's catalog, if the config names it: created through the catalog.
+        self.name = name
         # Commits for a table delta-rs cannot write (Delta Spark's transaction), if any.
         self.committer = committer
         self.partition_by = tuple(partition_by)
@@ -190,7 +193,19 @@ class DeltaTarget:
         at once, delta-rs rebases the loser's create onto the winner's without checking
         txn actions (both creates "succeed"), which would land the same offsets twice.
         With no retries the loser is refused instead, and both then commit their data
-        through create_write_transaction, whose conflict check sees the txn actions."""
+        through create_write_transaction, whose conflict check sees the txn actions.
+        A table by ``name`` is created and registered through Spark's catalog."""
+        if self.name is not None:
+            if self.committer is None:
+                raise SinkError(f"{self.name}: a table by name is created through Spark's catalog")
+            self.committer.create_table(
+                self.name,
+                self.uri,
+                Schema.from_arrow(schema).to_json(),
+                self.partition_by,
+                self.properties,
+            )
+            return
         try:
             create_table_with_add_actions(
                 self.uri,

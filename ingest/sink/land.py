@@ -142,8 +142,13 @@ class _Landing:
             partition_by=config.partition_by,
             properties=config.properties,
             committer=batch.committer,
+            name=config.name,
         )
-        self.dead = DeltaTarget(TableLocation.of(config.dead_letters, config.dead_letter_options))
+        self.dead = DeltaTarget(
+            TableLocation.of(config.dead_letters, config.dead_letter_options),
+            committer=batch.committer,
+            name=config.dead_letter_name,
+        )
         self.apps = {key: app_id(config.uri, config.group, *key) for key in batch.partitions()}
         last = batch.last_offsets()
         self.txns = {self.apps[key]: last[key] for key in self.apps}

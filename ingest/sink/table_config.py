@@ -53,6 +53,9 @@ Envelope = Literal["none", "debezium"]
 # In ``uri`` (and ``dead_letter_uri``): each topic lands in a table of its own, named by it.
 TOPIC_PLACEHOLDER = "{topic}"
 
+# A topic whose name can be a table's in a catalog (with a ``{topic}`` ``name``).
+CATALOG_TOPIC = re.compile(r"[a-z0-9_]+")
+
 # The Kafka columns every batch starts with (``value`` is replaced by the JSON
 # fields in json format).
 BASE_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "headers")
@@ -141,6 +144,12 @@ class TableConfig:
     date_column: str | None = None
     dead_letter_uri: str | None = None
     dead_letter_storage_options: Mapping[str, str] | None = None
+    # The table's and its dead letters' names in Spark's catalog ({topic} allowed), when
+    # the config names the table (``uri`` is then the catalog's location of it): a new one
+    # is created, and one found unregistered is registered, through the catalog
+    # (``ingest/engines/spark/catalog.py``).
+    name: str | None = None
+    dead_letter_name: str | None = None
     # [[route]]: which route the table is (its index; None without routes), and, for a
     # topic no route matches, why its records are all dead letters.
     route: int | None = None
@@ -236,6 +245,13 @@ class TableConfig:
         problem = topic_name_problem(topic)
         if problem is not None:
             raise ConfigError(f"topic cannot name a table: {problem}", key="table.uri")
+        if self.name is not None and not CATALOG_TOPIC.fullmatch(topic):
+            raise ConfigError(
+                f"topic {topic!r} cannot name a table in the catalog ({self.name}): a "
+                "catalog's table names are lowercase letters, digits and _ (a Hive "
+                "metastore folds case); land it with a [[route]] and a uri of its own",
+                key="table.name",
+            )
         uri = self.uri.replace(TOPIC_PLACEHOLDER, topic)
         other = _template_match(self.dead_letters, uri)
         if other is not None:
@@ -253,6 +269,8 @@ class TableConfig:
             uri=uri,
             dead_letter_uri=self.dead_letters.replace(TOPIC_PLACEHOLDER, topic),
             value_subject=subject,
+            name=_rendered(self.name, topic),
+            dead_letter_name=_rendered(self.dead_letter_name, topic),
         )
 
     @property
@@ -273,7 +291,8 @@ class TableConfig:
 
     def __repr__(self) -> str:
         return (
-            f"TableConfig(uri={self.uri!r}, group={self.group!r}, mode={self.mode!r}, "
+            f"TableConfig(uri={self.uri!r}, name={self.name!r}, group={self.group!r}, "
+            f"mode={self.mode!r}, "
             f"merge_keys={self.merge_keys!r}, value_format={self.value_format!r}, "
             f"value_schema={self.value_schema!r}, value_envelope={self.value_envelope!r}, "
             f"tombstones={self.tombstones!r}, transform={self.transform!r}, "
@@ -345,6 +364,10 @@ class Router:
     def tables(self) -> tuple[TableConfig, ...]:
         """The default table and each route's (templates unfilled)."""
         return (self.default, *(table for _, table, _ in self.routes))
+
+
+def _rendered(name: str | None, topic: str) -> str | None:
+    return None if name is None else name.replace(TOPIC_PLACEHOLDER, topic)
 
 
 def _template_match(template: str, uri: str) -> str | None:

@@ -116,6 +116,20 @@ class TableCommitter(Protocol):
         fails, as in Delta's constraint checks)."""
         ...
 
+    def create_table(
+        self,
+        name: str,
+        uri: str,
+        schema_json: str,
+        partition_by: Sequence[str],
+        properties: Mapping[str, str],
+    ) -> None:
+        """Creates the table ``name`` of Spark's catalog at ``uri``, with the columns of
+        ``schema_json`` (a Delta struct type) and no rows, registered as Spark registers a
+        table (``ingest/engines/spark/catalog.py``); or finds it created by a rival.
+        ``SinkError`` when the name holds a table elsewhere."""
+        ...
+
     def add_columns(self, uri: str, schema_json: str) -> None:
         """Adds the columns of ``schema_json`` (a Delta struct type) to the table, as
         Delta Spark's ALTER TABLE ADD COLUMNS does (new physical names and ids under

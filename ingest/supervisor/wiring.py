@@ -215,8 +215,11 @@ def table_config(
     registered = table.value.format in REGISTRY_FORMATS or table.key.format in REGISTRY_FORMATS
     registry = registry_settings(config) if registered else None
     on_error = config.schema_registry.on_error if config.schema_registry else "fail"
+    named = table.name is not None and config.dead_letter.uri is None
     return TableConfig(
-        uri=table.uri,
+        uri=config.table_uri(),
+        name=table.name,
+        dead_letter_name=f"{table.name}_dead_letters" if named else None,
         group=config.source.group_id,
         storage_options=config.table_storage_options(),
         mode=table.mode,
@@ -252,7 +255,7 @@ def _subject_per_topic(config: IngestConfig) -> str | None:
         or value.format not in REGISTRY_FORMATS
         or value.schema
         or section.subject_name_strategy == "record"
-        or TOPIC_PLACEHOLDER not in config.table.uri
+        or TOPIC_PLACEHOLDER not in config.table_uri()
         or config.route
     ):
         return None
@@ -273,7 +276,7 @@ def table_router(
     for index, route in enumerate(config.route):
         value = route.value or config.table.value
         key = route.key or config.table.key
-        uri = route.uri or config.table.uri
+        uri = route.uri or config.table_uri()
         registered = value.format in REGISTRY_FORMATS or key.format in REGISTRY_FORMATS
         try:
             table = _route_table(default, config, index, uri, registered, value, key)
@@ -303,6 +306,8 @@ def _route_table(
     return replace(
         default,
         uri=uri,
+        name=None,  # a route's table is its uri (with table.name, routes must give one)
+        dead_letter_name=None,
         dead_letter_uri=config.dead_letter.uri or (None if route.uri else default.dead_letter_uri),
         mode=route.mode or config.table.mode,
         merge_keys=tuple(

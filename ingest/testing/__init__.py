@@ -1,6 +1,7 @@
 """Real servers for tests: Apache Kafka (one node or three), the Tansu broker, a SeaweedFS
 S3 store, a Spark standalone cluster (a master and two workers), a schema registry
-(Apicurio, Confluent's API), and Kafka helpers; programs out of Debian packages
+(Apicurio, Confluent's API), a Hive metastore (Spark's catalog for tables by name), and Kafka
+helpers; programs out of Debian packages
 (``debian_tool``, e.g. Prometheus' ``promtool``) fetched into the cache; several hosts on
 one machine as network namespaces (``HostNetwork``, ``ingest.testing.netns``), where
 ``KafkaCluster(3, hosts=...)`` and ``S3Server(on=host)`` run.
@@ -33,6 +34,7 @@ from ingest.testing.kafka import (
     set_group_configs,
     unique_name,
 )
+from ingest.testing.metastore import HiveMetastore
 from ingest.testing.netns import Host, HostNetwork
 from ingest.testing.registry import SchemaRegistry
 from ingest.testing.spark_cluster import SparkCluster
@@ -44,6 +46,7 @@ __all__ = [
     "KAFKA_VERSION",
     "Change",
     "ConsumedRecord",
+    "HiveMetastore",
     "Host",
     "HostNetwork",
     "KafkaCluster",

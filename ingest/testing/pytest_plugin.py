@@ -19,6 +19,7 @@ from ingest.errors import DependencyError
 from ingest.testing.apache_kafka import KafkaCluster
 from ingest.testing.debian import debian_tool
 from ingest.testing.kafka import unique_name
+from ingest.testing.metastore import HiveMetastore
 from ingest.testing.netns import HostNetwork, unavailable
 from ingest.testing.registry import SchemaRegistry, registry_java
 from ingest.testing.spark_cluster import SparkCluster
@@ -78,6 +79,16 @@ def schema_registry(pytestconfig: pytest.Config) -> Iterator[SchemaRegistry]:
     except DependencyError as exc:
         pytest.skip(str(exc))
     server = SchemaRegistry(java=java).start()
+    _register(pytestconfig, server)
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def hive_metastore(pytestconfig: pytest.Config) -> Iterator[HiveMetastore]:
+    """One Hive metastore (Hive's Thrift server from pyspark's jars, Derby inside) for the
+    whole test session: Spark's catalog for tables by name (``spark_conf``)."""
+    server = HiveMetastore().start()
     _register(pytestconfig, server)
     yield server
     server.cleanup()

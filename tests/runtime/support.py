@@ -43,10 +43,11 @@ def write_config(
     bootstrap: str,
     topic: str,
     group: str,
-    table: Path,
+    table: Path | None,
     sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Path:
-    """A config for the test broker: short session, small triggers, local[2] Spark."""
+    """A config for the test broker: short session, small triggers, local[2] Spark
+    (``table`` None: no table.uri, ``sections`` name the table)."""
     values: dict[str, dict[str, Any]] = {
         "kafka": {"bootstrap_servers": bootstrap.split(","), "retry_timeout": "10s"},
         "source": {
@@ -60,7 +61,7 @@ def write_config(
         "handoff": {"segment_max_age": "500ms"},
         "trigger": {"max_age": "1s", "shutdown_timeout": "60s"},
         "worker": {"restart_backoff": "200ms"},
-        "table": {"uri": str(table)},
+        "table": {} if table is None else {"uri": str(table)},
         "spark": {"master": "local[2]"},
     }
     for section, entries in (sections or {}).items():

@@ -48,3 +48,19 @@ def test_dead_letters_in_a_place_of_their_own_let_any_kafka_name_through() -> No
     rendered = table.for_topic("orders_dead_letters")
     assert rendered.uri == "/lake/raw/orders_dead_letters"
     assert rendered.dead_letters == "/lake/dlq/orders_dead_letters"
+
+
+def test_a_table_by_name_takes_topics_a_catalog_names_a_table_by() -> None:
+    table = TableConfig(
+        uri=TEMPLATE, group="g", name="raw.{topic}", dead_letter_name="raw.{topic}_dead_letters"
+    )
+    rendered = table.for_topic("orders_v2")
+    assert (rendered.name, rendered.dead_letter_name) == (
+        "raw.orders_v2",
+        "raw.orders_v2_dead_letters",
+    )
+    assert rendered.uri == "/lake/raw/orders_v2"
+    # A Hive metastore folds case and takes letters, digits and _ only.
+    for topic in ("Orders", "orders-eu", "v1.orders"):
+        with pytest.raises(ConfigError, match="cannot name a table in the catalog"):
+            table.for_topic(topic)

@@ -19,9 +19,8 @@ These are Delta Spark's internal APIs (``DeltaLog``, ``OptimisticTransaction``,
 ``Action.fromJson``, ``DeltaOperations.Write``): delta-spark is pinned, and
 ``tests/delta/test_interop.py::test_delta_spark_features`` exercises each one used here.
 
-The first commit sets ``spark.databricks.delta.snapshotPartitions`` to 1 when the session
-does not set it: each transaction rebuilds its snapshot in a Spark job of that many tasks
-(50 by default), which took 12-28 s per commit on 2 cores and takes 1-3 s with one.
+Each transaction rebuilds its snapshot in a Spark job of ``snapshotPartitions`` tasks, which
+ingest's sessions set to 1 (``spark_session.start_session``).
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 from deltalake.transaction import AddAction
 
+from ingest.engines.spark.catalog import CatalogTables
 from ingest.errors import SinkError
 from ingest.sink.txn import MergeClauses, MergeDone, now_ms, or_minus_one
 
@@ -43,7 +43,6 @@ __all__ = ["DeltaSparkCommitter"]
 log = logging.getLogger("ingest.sink")
 
 _DELTA = "org.apache.spark.sql.delta"
-_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 # Idempotent DML (Delta's SQL confs): the one txn action a MERGE's commit carries.
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -85,8 +84,18 @@ class DeltaSparkCommitter:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.jvm = session._jvm
-        self._tuned = False
         self._merges: Any | None = None
+
+    @_keeps_active_session
+    def create_table(
+        self,
+        name: str,
+        uri: str,
+        schema_json: str,
+        partition_by: Sequence[str],
+        properties: Mapping[str, str],
+    ) -> None:
+        CatalogTables(self.session).create(name, uri, schema_json, partition_by, properties)
 
     @_keeps_active_session
     def commit(
@@ -100,10 +109,6 @@ class DeltaSparkCommitter:
     ) -> int | None:
         from py4j.protocol import Py4JJavaError
 
-        if not self._tuned:
-            self._tuned = True
-            if self.session.conf.get(_SNAPSHOT_PARTITIONS, None) is None:
-                self.session.conf.set(_SNAPSHOT_PARTITIONS, "1")
         self._check_log_store(uri)
         session = self.session._jsparkSession
         # Delta reads the thread's active session (this thread is the supervisor's, not
@@ -214,8 +219,6 @@ class DeltaSparkCommitter:
         and ``lastCommitVersionInSession`` then names this MERGE's commit."""
         if self._merges is None:
             self._merges = self.session.newSession()
-            if self._merges.conf.get(_SNAPSHOT_PARTITIONS, None) is None:
-                self._merges.conf.set(_SNAPSHOT_PARTITIONS, "1")
         self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._merges._jsparkSession)
         return self._merges
 

@@ -66,7 +66,15 @@ from ingest.sink.files import DataFile, read_data_file_footer, write_data_files
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DEAD_LETTER_COLUMN, DELETE_COLUMN, FIELD_FORMATS, TableConfig
 
-__all__ = ["Batch", "BatchResult", "SparkFiles", "decode_spec", "run_batch", "warm_up"]
+__all__ = [
+    "Batch",
+    "BatchResult",
+    "SparkFiles",
+    "decode_spec",
+    "run_batch",
+    "table_schema",
+    "warm_up",
+]
 
 _KIND_TRANSFORM_DEAD = "transform-dead"
 
@@ -259,6 +267,17 @@ def _transform_schema(spark: Any, spec: DecodeSpec, config: TableConfig) -> pa.S
     empty.createOrReplaceTempView("batch")
     out = _sql(spark, config)
     return _arrow_schema(out.drop(DEAD_LETTER_COLUMN).schema)
+
+
+def table_schema(spark: Any, config: TableConfig) -> pa.Schema:
+    """The columns a batch of ``config``'s table lands, known before any batch: the
+    decoded values', or the transform's over an empty ``batch`` view; never ``_delete``
+    (a table by name is created with them before its first batch: ``catalog.py``)."""
+    spec = decode_spec(spark, config)
+    schema = _transform_schema(spark, spec, config) if config.transform else spec.output_schema()
+    if DELETE_COLUMN in schema.names:
+        schema = schema.remove(schema.get_field_index(DELETE_COLUMN))
+    return schema
 
 
 def _table_views(spark: Any, config: TableConfig) -> None:

@@ -31,7 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest.config import SparkSection
+from deltalake import DeltaTable, Schema
+
+from ingest.config import IngestConfig, SparkSection
+from ingest.engines.spark.catalog import CatalogTables, resolve
 from ingest.engines.spark.delta_commit import DeltaSparkCommitter
 from ingest.engines.spark.executorwatch import ExecutorWatch
 from ingest.engines.spark.jvmlog import JvmOutputRelay
@@ -39,6 +42,9 @@ from ingest.errors import SinkError, SparkClusterLost, SparkStartError
 from ingest.processes import pid_alive, start_thread
 from ingest.redaction import secret_looking
 from ingest.sink.batch import Batch, BatchResult
+from ingest.sink.deadletter import DEAD_LETTER_SCHEMA
+from ingest.sink.delta import CREATED_TABLE_PROPERTIES
+from ingest.sink.metadata.evolution import nullable_schema
 from ingest.spark_env import session_settings
 
 __all__ = ["ClassDataArchive", "SparkEngine", "drain_jvm_output", "start_session"]
@@ -206,6 +212,10 @@ def start_session(
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Imports done once before the daemon forks its workers (see ingest/engines/spark/python_worker/daemon.py).
         "spark.python.daemon.module": "ingest.engines.spark.python_worker.daemon",
+        # Delta Spark rebuilds a table's snapshot for each statement (a commit through
+        # Delta Spark, CREATE TABLE, MERGE) in a job of this many tasks, 50 by default:
+        # 12-28 s per commit on 2 cores, 1-3 s with one (measured). [spark] conf may raise it.
+        "spark.databricks.delta.snapshotPartitions": "1",
     }
     settings.update(environment or {})
     conf = dict(section.conf)
@@ -305,6 +315,7 @@ class SparkEngine:
         self.started_in: float | None = None
         self._archive: ClassDataArchive | None = None
         self._committer: DeltaSparkCommitter | None = None  # for tables delta-rs cannot write
+        self._checked: set[tuple[str, str]] = set()  # tables by name checked in the catalog
         # Set by the CLI, whose process ends after the run: the JVM stops itself when its
         # stdin closes (running SparkContext's shutdown hook), so ``stop`` need not wait
         # for the Python-side stop (~1 s, measured).
@@ -321,6 +332,7 @@ class SparkEngine:
         session = self.get()
         if self._committer is None:
             self._committer = DeltaSparkCommitter(session)
+        self._check_names(session, batch)
         batch = dataclasses.replace(batch, committer=self._committer)
         if not self.section.master.startswith("spark://"):
             return run_batch(session, batch)
@@ -336,6 +348,43 @@ class SparkEngine:
                         "of the batch was committed; rerun to land it"
                     ) from exc
                 raise
+
+    def resolve(self, config: IngestConfig) -> IngestConfig:
+        """``config`` with its table by name (``table.name``) placed by the catalog
+        (``catalog.resolve``): the session starts now, its catalog is needed first."""
+        if config.table.name is None:
+            return config
+        return resolve(config, self.get())
+
+    def _check_names(self, session: Any, batch: Batch) -> None:
+        """At a named table's first batch of this run: the catalog still points its name
+        at the table's location, and registers a table found there unregistered; a table
+        that is nowhere yet is created now, before the batch writes into its location
+        (Delta Spark creates a managed table only in an empty one), with the columns the
+        batch will land, as is its dead-letter table."""
+        from ingest.engines.spark.job import table_schema
+
+        table = batch.table
+        pairs = [
+            (table.name, table.uri, table.storage_options, table.properties, table.partition_by),
+            (table.dead_letter_name, table.dead_letters, table.dead_letter_options, {}, ()),
+        ]
+        catalog = CatalogTables(session)
+        for name, uri, options, properties, partition_by in pairs:
+            if name is None or (name, uri) in self._checked:
+                continue
+            exists = DeltaTable.is_deltatable(uri, storage_options=dict(options) or None)
+            if not catalog.check(name, uri, exists=exists):
+                dead = name == table.dead_letter_name
+                schema = DEAD_LETTER_SCHEMA if dead else table_schema(session, table)
+                catalog.create(
+                    name,
+                    uri,
+                    Schema.from_arrow(nullable_schema(schema)).to_json(),
+                    partition_by,
+                    {**CREATED_TABLE_PROPERTIES, **properties},
+                )
+            self._checked.add((name, uri))
 
     def warm(self) -> None:
         """Starts the session in the background (once)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from ingest.client import Cluster
 from ingest.config import IngestConfig
-from ingest.engines.landing import choose_engine
+from ingest.engines.landing import choose_engine, resolve_names
 from ingest.errors import ConfigError, IngestError, SparkClusterLost, SparkStartError
 from ingest.faults import fault_point
 from ingest.handoff import HandoffStore, SegmentSealed
@@ -70,6 +70,8 @@ class Engine:
         metrics: Metrics | None = None,
         maintenance: bool = False,
     ) -> None:
+        # A table by name: the catalog places it first (the Spark engine, started now).
+        config, named = resolve_names(config, spark)
         self.config = config
         # Table maintenance between batches (``ingest run``; ``maintainer.py``).
         self.maintainer = TableMaintainer(config) if maintenance else None
@@ -81,7 +83,7 @@ class Engine:
         )
         self.table = self.router.default
         self.fetch = fetch_settings(config)
-        self.lander = choose_engine(
+        self.lander = named or choose_engine(
             config.spark,
             spark,
             transform=bool(config.table.transform),
