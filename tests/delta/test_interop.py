@@ -361,6 +361,35 @@ def test_timestamp_ntz(broker: KafkaCluster, spark: Any, tmp_path: Path) -> None
         assert sorted(spark_rows(spark, table, "id, v, at"), key=repr) == expected
 
 
+def test_variant_type(broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path) -> None:
+    """Spark adds a VARIANT column (table feature ``variantType``) and fills it in its own
+    rows; ingest appends and upserts (through Delta Spark: delta-rs does not write such a
+    table), its rows leaving the column null, and Spark's variants stay as they were."""
+    for mode in ("append", "upsert"):
+        table = tmp_path / mode
+        create_spark_table(spark, table)
+        spark.sql(
+            f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.feature.variantType' = "
+            "'supported')"
+        )
+        spark.sql(f"ALTER TABLE delta.`{table}` ADD COLUMNS (doc VARIANT)")
+        spark.sql(f"UPDATE delta.`{table}` SET doc = parse_json(to_json(named_struct('n', id)))")
+        assert "variantType" in (DeltaTable(str(table)).protocol().writer_features or [])
+        outcome = _run(spark, tmp_path, broker, topic, table, mode=mode)
+        assert outcome.exit_code == 0, outcome.message
+        rows = spark_rows(spark, table, "id, v, to_json(doc)")
+        expected = appended_rows() if mode == "append" else upserted_rows()
+        assert [(i, v) for i, v, _ in rows] == expected
+        # Spark's rows keep their variants; an upsert that updates one of them changes only
+        # the columns the batch has (MERGE's UPDATE SET *): the VARIANT stays.
+        docs = {(i, v): doc for i, v, doc in rows}
+        for i, v in expected:
+            kept = v.startswith("spark") or (mode == "upsert" and i in SPARK_IDS)
+            assert docs[(i, v)] == (f'{{"n":{i}}}' if kept else None), (i, v)
+        spark.sql(f"INSERT INTO delta.`{table}` (id, v, doc) VALUES (7, 'after', parse_json('1'))")
+        assert spark_rows(spark, table, "count(*)") == [(len(expected) + 1,)]
+
+
 def test_change_data_feed(broker: KafkaCluster, topic: str, spark: Any, tmp_path: Path) -> None:
     """Appends: Spark's change feed shows every record as an insert. Upserts: the MERGE
     writes the update pre/post images of Spark's colliding rows and the inserts."""

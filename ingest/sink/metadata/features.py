@@ -26,8 +26,8 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
 - appendOnly (``delta.appendOnly = true``): an upsert's MERGE removes files; it is
   refused (delta-rs only fails its commits over and over).
 - timestampNtz: written by delta-rs and by our pyarrow files alike (``timestamp[us]``).
-- row tracking, domain metadata, clustering, in-commit timestamps, vacuumProtocolCheck
-  and v2 checkpoints: delta-rs 1.6.6 refuses to write to such a table (or, for v2
+- row tracking, domain metadata, clustering, in-commit timestamps, vacuumProtocolCheck,
+  VARIANT columns and v2 checkpoints: delta-rs 1.6.6 refuses to write to such a table (or, for v2
   checkpoints, writes classic checkpoints). ingest appends to it by committing its
   files and txn actions through Delta Spark's own transaction in the driver JVM
   (``FeatureRule.delta_spark``; ``through_delta_spark`` names a table's such features),
@@ -282,6 +282,17 @@ FEATURES: Mapping[str, FeatureRule] = {
         "maintain, every delta.checkpointInterval commits) are classic ones without the "
         "checkpointMetadata action of a v2 checkpoint (upstream limit)" + _THROUGH_SPARK,
         test=_INTEROP + "test_delta_spark_features",
+        delta_spark=("append", "upsert"),
+    ),
+    "variantType": FeatureRule(
+        append=False,
+        upsert=False,
+        compact=False,
+        overwrite=False,
+        why="delta-rs 1.6.6 reads a VARIANT column (a struct of metadata and value binaries) "
+        "but does not write to such a table, and pyarrow would write it back without Parquet's "
+        "VARIANT annotation (upstream limits)" + _THROUGH_SPARK,
+        test=_INTEROP + "test_variant_type",
         delta_spark=("append", "upsert"),
     ),
     "typeWidening": FeatureRule(
