@@ -133,8 +133,9 @@ def _location(described: Mapping[str, str]) -> str:
     return described["Location"].removeprefix("file:")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def database(hive_metastore: HiveMetastore) -> Iterator[str]:
+    """One database for the module (each test names tables of its own in it)."""
     name = _name("lake")
     _probe(hive_metastore, f"CREATE DATABASE {name}")
     yield name
