@@ -457,9 +457,10 @@ def test_a_full_vacuum_refuses_a_dead_letter_table_inside_the_table() -> None:
             "route[0].uri: with table.name a route names its own table's uri",
         ),
         ('name = "lake.{topic}"\nuri = "/lake/t"', "", "{topic} in table.name needs it"),
-        ('name = "{topic}.t"', "", "table.name: "),
-        ('name = "lake.ev-ents"', "", "table.name: "),
-        ('name = "a.b.c.d"', "", "table.name: "),
+        ('name = "{topic}.t"', "", "table.name: expected a table name"),
+        ('name = "lake.{topic}.t"', "", "table.name: expected a table name"),
+        ('name = "lake.ev-ents"', "", "table.name: expected a table name"),
+        ('name = "a.b.c.d"', "", "table.name: expected a table name"),
     ],
 )
 def test_a_table_by_name_is_checked_at_load(table: str, extra: str, message: str) -> None:
@@ -470,6 +471,8 @@ def test_a_table_by_name_is_checked_at_load(table: str, extra: str, message: str
 
 
 def test_a_table_by_name_loads_without_a_uri_and_resolves_later() -> None:
+    for name in ("events_{topic}", "{topic}", "spark_catalog.lake.t"):
+        assert _parse(MINIMAL.replace('uri = "/tmp/events"', f'name = "{name}"')).table.name
     config = _parse(MINIMAL.replace('uri = "/tmp/events"', 'name = "lake.{topic}"'))
     assert (config.table.name, config.table.uri) == ("lake.{topic}", None)
     with pytest.raises(ConfigError, match="not resolved through the catalog yet"):

@@ -235,8 +235,6 @@ def _names(config: IngestConfig) -> Iterator[tuple[str, str]]:
     placeholder = ("{topic}" in table.name, table.uri is not None and "{topic}" in table.uri)
     if table.uri is not None and placeholder[0] != placeholder[1]:
         yield "table.name", "{topic} in table.name needs it in table.uri too, and the reverse"
-    if "{topic}" in table.name.rsplit(".", 1)[0]:
-        yield "table.name", "{topic} may only be in the table's own part (the last)"
     if config.spark.engine == "local":
         yield (
             "spark.engine",

@@ -23,9 +23,11 @@ __all__ = ["TableLocation", "normalize_uri", "s3_filesystem_options"]
 
 
 def normalize_uri(uri: str) -> str:
-    """The one spelling of a table's URI: absolute local paths, no trailing slash,
-    ``s3a://`` read as ``s3://``."""
+    """The one spelling of a table's URI: absolute local paths (``file:/x``, ``file:///x``
+    and ``/x`` alike), no trailing slash, ``s3a://`` read as ``s3://``."""
     uri = uri.strip()
+    if uri.startswith("file:") and not uri.startswith("file://"):
+        uri = "file://" + uri.removeprefix("file:")  # Hadoop's spelling, file:/x
     if "://" not in uri:
         return os.path.abspath(uri)
     scheme, _, rest = uri.partition("://")

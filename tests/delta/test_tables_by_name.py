@@ -177,7 +177,8 @@ def test_a_new_table_by_name_is_created_managed_and_written_by_both(
     assert Path(_location(table)) == expected
     assert (dead_letters["Type"], Path(_location(dead_letters))) == ("MANAGED", dead_path)
     operations = [h["operation"] for h in sorted(history, key=lambda h: int(h["version"]))]
-    assert operations[0] == "CREATE TABLE" and len(operations) == 3, operations
+    assert operations[0] == "CREATE TABLE" and len(operations) >= 3, operations
+    assert set(operations[1:]) == {"WRITE"}, operations
     assert counted == [{"n": 301, "ids": 300}]
 
 
@@ -186,7 +187,8 @@ def test_an_external_table_by_name_and_a_table_per_topic(
 ) -> None:
     topic, group = _topic(broker, _records(0, 60)), _name("g")
     name, external = f"{database}.ext", tmp_path / "ext"
-    by_uri = {"name": name, "uri": str(external)}
+    # Hadoop's spelling of the location (a catalog's): one table, one set of txn app ids.
+    by_uri = {"name": name, "uri": f"file:{external}/"}
     path = _config(tmp_path, broker, hive_metastore, [topic], by_uri, "external", group)
     code, log = _ingest(path, tmp_path, "external", "run", "--until-end")
     assert code == 0, log[-4000:]

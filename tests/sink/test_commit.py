@@ -32,6 +32,9 @@ def test_app_id_follows_its_documented_derivation(tmp_path: Path) -> None:
     assert app_id(uri, "group", "events", 3) == expected
     # Spellings of one table agree; other tables, groups and partitions do not.
     assert app_id(uri + "/", "group", "events", 3) == expected
+    # Hadoop's file:/x (what a catalog gives) and file:///x are the path /x.
+    assert app_id(f"file:{uri}", "group", "events", 3) == expected
+    assert app_id(f"file://{uri}/", "group", "events", 3) == expected
     assert app_id(f"file://{uri}", "group", "events", 3) == expected
     assert app_id("s3a://b/t/", "g", "e", 0) == app_id("s3://b/t", "g", "e", 0)
     others = {

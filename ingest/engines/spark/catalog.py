@@ -20,8 +20,10 @@ ingest itself reads and commits a table by its location, so a name becomes a loc
   It must happen before the batch writes a file there: Delta Spark creates a managed table
   only in an empty location. A rival creating it at the same time is found afterwards; a
   name that points elsewhere is a ``SinkError``. The dead-letter table
-  (``<name>_dead_letters``) likewise. Should a named table vanish mid-run, its next commit
-  recreates it the same way (``TableCommitter.create_table``), or fails naming the cause.
+  (``<name>_dead_letters``) likewise. Should a named table vanish mid-run, the batch fails
+  at its commit, and its retry checks the catalog again before it writes: a table gone from
+  both the catalog and its location is created anew; an entry left without its files is an
+  error naming it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ingest.config import IngestConfig
-from ingest.errors import ConfigError, SinkError
+from ingest.errors import ConfigError, IngestError, SinkError
+from ingest.sink.storage import normalize_uri
 
 __all__ = ["CatalogTables", "resolve", "same_location"]
 
@@ -43,17 +46,24 @@ _TOPIC = "{topic}"
 
 def resolve(config: IngestConfig, session: Any) -> IngestConfig:
     """``config`` with ``table.uri`` set from the catalog for ``table.name`` (unchanged
-    without a name); ``ConfigError`` for a name the catalog cannot place."""
+    without a name), in the one spelling the txn app ids are made of; ``ConfigError`` for a
+    name the catalog cannot place."""
     name = config.table.name
     if name is None:
         return config
-    tables = CatalogTables(session)
-    given = config.table.uri
+    tables = CatalogTables(session, ConfigError)
+    given = None if config.table.uri is None else normalize_uri(config.table.uri)
+    if given is None and not _session_catalog(name):
+        raise ConfigError(
+            f"{name} is not in Spark's session catalog: ingest commits by path, so a table "
+            "there must be an external table; set table.uri",
+            key="table.uri",
+        )
     if _TOPIC in name:
         uri = given or f"{tables.database_location(name)}/{_TOPIC}"
     else:
         found = tables.location_of(name)
-        if found is not None and given is not None and not same_location(found, given):
+        if found is not None and given is not None and found != given:
             raise ConfigError(
                 f"{name} is the table at {found}, not {given}: leave table.uri unset, or "
                 "name another table",
@@ -66,18 +76,14 @@ def resolve(config: IngestConfig, session: Any) -> IngestConfig:
 
 
 def same_location(a: str, b: str) -> bool:
-    """Whether two spellings of a table's location are one (``file:`` URIs and paths)."""
-    return _plain(a) == _plain(b)
+    """Whether two spellings of a table's location are one (``normalize_uri``)."""
+    return normalize_uri(a) == normalize_uri(b)
 
 
-def _plain(location: str) -> str:
-    """A location as delta-rs and ``normalize_uri`` take it: ``file:/x`` and
-    ``file:///x`` as the path ``/x``; no trailing slash."""
-    if location.startswith("file://"):
-        location = location.removeprefix("file://")
-    elif location.startswith("file:"):
-        location = location.removeprefix("file:")
-    return location.rstrip("/") or "/"
+def _session_catalog(name: str) -> bool:
+    """Whether ``name`` is in Spark's session catalog (``spark_catalog``, the default)."""
+    parts = name.split(".")
+    return len(parts) < 3 or parts[0].lower() == "spark_catalog"
 
 
 def _quoted(name: str) -> str:
@@ -91,27 +97,35 @@ def _literal(text: str) -> str:
 
 
 class CatalogTables:
-    """The catalog's side of tables by name, on one Spark session."""
+    """The catalog's side of tables by name, on one Spark session. ``error``: what a
+    failure raises, ``ConfigError`` at a command's start (exit 2), ``SinkError`` at a
+    batch (the batch fails, and is retried when the cause is transient)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, error: type[IngestError] = SinkError) -> None:
         self.session = session
+        self.error = error
+
+    def _fail(self, message: str, exc: BaseException | None = None) -> IngestError:
+        failure: IngestError = (
+            ConfigError(message, key="table.name")
+            if issubclass(self.error, ConfigError)
+            else self.error(message)
+        )
+        failure.__cause__ = exc
+        return failure
 
     def location_of(self, name: str) -> str | None:
         """The location of the Delta table ``name`` (None: the catalog has no such table);
-        ``ConfigError`` for a table that is not Delta."""
+        a table that is not Delta is refused."""
         try:
             if not self.session.catalog.tableExists(name):
                 return None
             detail = self.session.sql(f"DESCRIBE DETAIL {_quoted(name)}").collect()[0]
         except Exception as exc:  # py4j and Spark's AnalysisException
-            raise ConfigError(
-                f"{name}: the catalog cannot describe it: {exc}", key="table.name"
-            ) from exc
+            raise self._fail(f"{name}: the catalog cannot describe it: {exc}", exc) from exc
         if str(detail["format"]).lower() != "delta":
-            raise ConfigError(
-                f"{name} is a {detail['format']} table, not a Delta table", key="table.name"
-            )
-        return _plain(str(detail["location"]))
+            raise self._fail(f"{name} is a {detail['format']} table, not a Delta table")
+        return normalize_uri(str(detail["location"]))
 
     def database_location(self, name: str) -> str:
         """The location of the database (schema) that holds ``name``."""
@@ -122,19 +136,17 @@ class CatalogTables:
         try:
             rows = self.session.sql(f"DESCRIBE DATABASE EXTENDED {_quoted(database)}").collect()
         except Exception as exc:
-            raise ConfigError(
-                f"{name}: the catalog has no database {database} (create it first): {exc}",
-                key="table.name",
-            ) from None
+            raise self._fail(
+                f"{name}: the catalog has no database {database} (create it first): {exc}", exc
+            ) from exc
         found = {str(row[0]).lower(): str(row[1] or "") for row in rows}
         location = found.get("location", "")
         if not location:
-            raise ConfigError(
+            raise self._fail(
                 f"{name}: the catalog gives no location for database {database}: set "
-                "table.uri (the table will be an external table there)",
-                key="table.uri",
+                "table.uri (the table will be an external table there)"
             )
-        return _plain(location)
+        return normalize_uri(location)
 
     def default_location(self, name: str) -> str:
         """Where the session catalog puts a managed table ``name``: its database's
@@ -142,12 +154,18 @@ class CatalogTables:
         return f"{self.database_location(name)}/{name.split('.')[-1].lower()}"
 
     def check(self, name: str, uri: str, *, exists: bool) -> bool:
-        """At a table's first batch of a run: ``name`` must point at ``uri``; a Delta table
-        at ``uri`` (``exists``) that the catalog does not know is registered (external).
-        False: neither is there yet (the caller creates it: ``create``)."""
+        """At a table's first batch of a run: ``name`` must point at ``uri``, where a Delta
+        table must be when the catalog names it; a Delta table at ``uri`` (``exists``) that
+        the catalog does not know is registered (external). False: neither is there yet
+        (the caller creates it: ``create``)."""
         found = self.location_of(name)
         if found is not None:
             self._check_at(name, found, uri)
+            if not exists:
+                raise self._fail(
+                    f"the catalog names {name} at {uri}, but no Delta table is there (its "
+                    f"files were removed): DROP TABLE {name}, and the next run creates it again"
+                )
             return True
         if not exists:
             return False
@@ -167,14 +185,11 @@ class CatalogTables:
         properties: Mapping[str, str],
     ) -> None:
         """Creates ``name`` at ``uri`` with no rows, through Delta Spark's CREATE TABLE
-        (managed when ``uri`` is the catalog's own place for the name, else external),
-        or finds it created by a rival."""
+        (managed when ``uri`` is the session catalog's own place for the name, else
+        external), or finds it created by a rival."""
         jvm = self.session._jvm
         columns = jvm.org.apache.spark.sql.types.DataType.fromJson(schema_json).toDDL()
-        try:
-            managed = same_location(uri, self.default_location(name))
-        except ConfigError:
-            managed = False  # a catalog without database locations: external tables
+        managed = _session_catalog(name) and same_location(uri, self.default_location(name))
         statement = [f"CREATE TABLE IF NOT EXISTS {_quoted(name)} ({columns}) USING delta"]
         if partition_by:
             statement.append(f"PARTITIONED BY ({', '.join(_quoted(c) for c in partition_by)})")
@@ -198,10 +213,11 @@ class CatalogTables:
         except Exception as exc:
             raise SinkError(f"{name}: the catalog refused {statement!r}: {exc}") from exc
 
-    @staticmethod
-    def _check_at(name: str, found: str | None, uri: str) -> None:
+    def _check_at(self, name: str, found: str | None, uri: str) -> None:
         if found is None or not same_location(found, uri):
-            raise SinkError(
-                f"{name} is registered at {found}, not at {uri} where ingest lands it: the "
-                "catalog's entry moved since the run resolved it; rerun to resolve it again"
+            raise self._fail(
+                f"{name} is registered at {found}, not at {uri} where ingest lands it: a "
+                "table of the name's own elsewhere (a dead-letter or {topic} table: give "
+                "dead_letter.uri, or a [[route]] with that uri), or an entry moved since the "
+                "run resolved it (rerun)"
             )

@@ -315,7 +315,7 @@ class SparkEngine:
         self.started_in: float | None = None
         self._archive: ClassDataArchive | None = None
         self._committer: DeltaSparkCommitter | None = None  # for tables delta-rs cannot write
-        self._checked: set[tuple[str, str]] = set()  # tables by name checked in the catalog
+        self._checked: set[tuple[str | None, str]] = set()  # tables by name checked in the catalog
         # Set by the CLI, whose process ends after the run: the JVM stops itself when its
         # stdin closes (running SparkContext's shutdown hook), so ``stop`` need not wait
         # for the Python-side stop (~1 s, measured).
@@ -327,13 +327,21 @@ class SparkEngine:
 
     def land(self, batch: Batch) -> BatchResult:
         """Lands ``batch`` through the Spark job."""
-        from ingest.engines.spark.job import run_batch
-
         session = self.get()
         if self._committer is None:
             self._committer = DeltaSparkCommitter(session)
-        self._check_names(session, batch)
-        batch = dataclasses.replace(batch, committer=self._committer)
+        table = batch.table
+        names = {(table.name, table.uri), (table.dead_letter_name, table.dead_letters)}
+        try:
+            self._check_names(session, batch)
+            return self._run(session, dataclasses.replace(batch, committer=self._committer))
+        except BaseException:
+            self._checked -= names  # its retry checks the catalog again before it writes
+            raise
+
+    def _run(self, session: Any, batch: Batch) -> BatchResult:
+        from ingest.engines.spark.job import run_batch
+
         if not self.section.master.startswith("spark://"):
             return run_batch(session, batch)
         with ExecutorWatch(session, float(self.section.executorless_timeout)) as watch:
