@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -167,6 +167,34 @@ class ProcessServer:
 
     def start(self) -> Self:
         raise NotImplementedError
+
+    def _start_until(
+        self, ready: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1
+    ) -> None:
+        """Starts ``process`` and returns once ``ready()``: HarnessError at once if the
+        process exits first, or with its log's tail (the process stopped) when ``timeout``
+        passes; ``what`` says what it waited for ("answer ApiVersions"). A ``ready`` that
+        raises counts as not ready (the last error is in the timeout's message)."""
+        self.process.start()
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while True:
+            if not self.process.running():
+                raise HarnessError(self.process.died_message())
+            try:
+                if ready():
+                    return
+            except Exception as exc:
+                last_error = exc
+            if time.monotonic() > deadline:
+                tail = self.process.log_tail(4000)
+                self.process.stop(timeout=5)
+                detail = f" (last error: {last_error})" if last_error else ""
+                raise HarnessError(
+                    f"{self.process.name} did not {what} within {timeout:.0f}s{detail}; its "
+                    f"log {self.log_path}:\n{tail}"
+                )
+            time.sleep(interval)
 
     @property
     def pid(self) -> int | None:

@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 
 from pyarrow import fs as pafs
 
-from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port, wait_until
+from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port
 from ingest.errors import HarnessError
 
 T = TypeVar("T")
@@ -155,23 +155,12 @@ class S3Server(ProcessServer):
         self.filesystem().create_dir(name)
 
     def start(self) -> S3Server:
-        self.process.start()
-        try:
-            wait_until(
-                self._ready,
-                timeout=self.ready_timeout,
-                interval=0.1,
-                what=f"{self.process.name} to serve bucket {self.bucket}",
-            )
-        except HarnessError as exc:
-            tail = self.process.log_tail(4000)
-            self.process.stop(timeout=2)
-            raise HarnessError(f"{exc}; log:\n{tail}") from exc
+        self._start_until(
+            self._ready, timeout=self.ready_timeout, what=f"serve bucket {self.bucket}"
+        )
         return self
 
     def _ready(self) -> bool:
-        if not self.process.running():
-            raise HarnessError(self.process.died_message())
         try:
             # A signed request: anonymous answers come before credentials and
             # the bucket are set up, so they prove nothing.

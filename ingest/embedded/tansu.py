@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port, wait_until
+from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port
 from ingest.embedded.probe import api_versions_answered
 from ingest.embedded.seaweedfs import S3Server
 from ingest.errors import HarnessError
@@ -104,22 +104,12 @@ class TansuBroker(ProcessServer):
         return env
 
     def start(self) -> TansuBroker:
-        self.process.start()
-        try:
-            wait_until(
-                self._ready,
-                timeout=self.ready_timeout,
-                what=f"{self.process.name} to answer ApiVersions",
-            )
-        except HarnessError as exc:
-            tail = self.process.log_tail(4000)
-            self.process.stop(timeout=2)
-            raise HarnessError(f"{exc}; broker log:\n{tail}") from exc
+        self._start_until(
+            self._ready, timeout=self.ready_timeout, what="answer ApiVersions", interval=0.02
+        )
         return self
 
     def _ready(self) -> bool:
-        if not self.process.running():
-            raise HarnessError(self.process.died_message())
         try:
             return api_versions_answered(self.host, self.port)
         except OSError:

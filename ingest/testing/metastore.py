@@ -20,11 +20,10 @@ import os
 import shutil
 import socket
 import tempfile
-import time
 from pathlib import Path
 
 from ingest.embedded.managed import ManagedProcess, ProcessServer, free_port
-from ingest.errors import DependencyError, HarnessError
+from ingest.errors import DependencyError
 
 __all__ = ["HiveMetastore"]
 
@@ -94,19 +93,7 @@ class HiveMetastore(ProcessServer):
     def start(self) -> HiveMetastore:
         """Starts the JVM and returns once its Thrift port accepts connections; raises
         HarnessError with the log's tail if it exits first or is not up in time."""
-        self.process.start()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not self._listening():
-            if not self.process.running():
-                raise HarnessError(self.process.died_message())
-            if time.monotonic() > deadline:
-                tail = self.process.log_tail(4000)
-                self.process.stop(timeout=5)
-                raise HarnessError(
-                    f"{self.process.name} did not listen within {READY_TIMEOUT_S:.0f}s; its "
-                    f"log {self.log_path}:\n{tail}"
-                )
-            time.sleep(0.2)
+        self._start_until(self._listening, timeout=READY_TIMEOUT_S, what="listen", interval=0.2)
         return self
 
     def _listening(self) -> bool:

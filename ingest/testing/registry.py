@@ -34,7 +34,6 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-import time
 import urllib.request
 from functools import cache
 from pathlib import Path
@@ -244,19 +243,9 @@ class SchemaRegistry(ProcessServer):
     def start(self) -> SchemaRegistry:
         """Starts the JVM and returns once ``GET {url}/subjects`` answers 200; raises
         HarnessError with the log's tail if it exits first or is not ready in time."""
-        self.process.start()
-        deadline = time.monotonic() + self.ready_timeout
-        while not self._answers():
-            if not self.process.running():
-                raise HarnessError(self.process.died_message())
-            if time.monotonic() > deadline:
-                tail = self.process.log_tail(4000)
-                self.process.stop(timeout=5)
-                raise HarnessError(
-                    f"{self.process.name} did not answer GET {self.url}/subjects within "
-                    f"{self.ready_timeout:.0f}s; its log {self.log_path}:\n{tail}"
-                )
-            time.sleep(0.1)
+        self._start_until(
+            self._answers, timeout=self.ready_timeout, what=f"answer GET {self.url}/subjects"
+        )
         return self
 
     def _answers(self) -> bool:
