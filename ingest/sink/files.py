@@ -37,9 +37,11 @@ __all__ = [
     "FOOTER_KEY",
     "DataFile",
     "DataFileWriter",
+    "ROW_GROUP_ROWS",
     "Source",
     "StatsFold",
     "delta_stats",
+    "parquet_options",
     "read_data_file_footer",
     "sources_of",
     "write_data_file",
@@ -285,7 +287,7 @@ def _split_by_partition(
 _NO_DICTIONARY = frozenset({"offset", "timestamp", "value"})
 
 
-def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """The one Parquet layout of ingest's data files."""
     dictionary = [
         f.name for f in schema if f.name not in _NO_DICTIONARY and not pa.types.is_nested(f.type)
@@ -328,7 +330,7 @@ class DataFileWriter:
                 self._filesystem.create_dir(self._path.rpartition("/")[0], recursive=True)
             self._stream = self._filesystem.open_output_stream(self._path)
             self._writer = pq.ParquetWriter(
-                self._stream, self.schema, **_parquet_options(self.schema)
+                self._stream, self.schema, **parquet_options(self.schema)
             )
         except OSError as exc:
             raise SinkError(f"{location.uri}: cannot write {relative}: {exc}") from exc

@@ -1,6 +1,6 @@
 """The confluent-kafka peers of the benchmarks: what a user would write to turn librdkafka's
 messages into the same Arrow columns our decoder produces (decode.py, consume.py), and the
-naive and limit pipelines of the end-to-end benchmark (e2e.py)."""
+naive and read + write pipelines of the end-to-end benchmark (e2e.py)."""
 
 from __future__ import annotations
 
@@ -158,12 +158,13 @@ def naive_pipeline(
     return spent
 
 
-def limit_pipeline(
+def read_write_pipeline(
     bootstrap: str, topic: str, table: str, ends: dict[int, int], spec: Any
 ) -> dict[str, float]:
-    """The floor: librdkafka's raw consumer reads every message (counted, nothing built),
-    then one ``write_deltalake`` of the same rows as Arrow. The Arrow data is built
-    between the two from a second read (not timed): ``read + write`` is the limit."""
+    """librdkafka's raw consumer reads every message (counted, nothing built), then one
+    ``write_deltalake`` of the same rows as Arrow. The Arrow data is built between the two
+    from a second read (not timed): ``read + write`` is its figure (one way of reading and
+    writing, not a floor: that is ``_floor.py``)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     from deltalake import write_deltalake
 
@@ -173,7 +174,7 @@ def limit_pipeline(
         c = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": f"{topic}-limit",
+                "group.id": f"{topic}-read-write",
                 "enable.auto.commit": False,
                 "fetch.queue.backoff.ms": 10,
             }

@@ -480,9 +480,11 @@ def ingest_until_end(
     *,
     sections: Mapping[str, Mapping[str, Any]] | None = None,
     check: Callable[[Path], str | None] | None = None,
+    wrap: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``ingest run --until-end`` into ``workdir/name``, measured and checked exact (or by
-    ``check``, which says what is wrong with the table, None when nothing is)."""
+    ``check``, which says what is wrong with the table, None when nothing is). ``wrap``:
+    a command the run goes under (a profiler's, ending with ``--``)."""
     table = workdir / name
     group = unique_name(name)
     config = write_config(
@@ -494,7 +496,8 @@ def ingest_until_end(
         sections=sections,
     )
     log = workdir / f"{name}.log"
-    measured = run_measured(ingest_argv(config, "--until-end"), log=log, timeout=1800)
+    argv = [*wrap, *ingest_argv(config, "--until-end")]
+    measured = run_measured(argv, log=log, timeout=1800)
     if measured.returncode != 0:
         raise RuntimeError(f"ingest exited {measured.returncode}; log: {log}")
     problem = check(table) if check is not None else check_exact(table, ends, per)

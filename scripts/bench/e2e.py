@@ -15,9 +15,9 @@ after it is produced, so that no pipeline is a fresh topic's first reader):
   ``group.initial.rebalance.delay.ms`` (3 s, Kafka's default, kept here as users run it);
 * (b) naive: a confluent-kafka group consumer, orjson per value, a pyarrow table per 100k
   messages, ``write_deltalake`` append, a synchronous offset commit after each write;
-* (c) limit: librdkafka's raw consumer reading every message (nothing built), plus one
-  delta-rs write of the same rows as Arrow: read + write seconds (not a pipeline: a floor
-  for one way of reading);
+* (c) read + write: librdkafka's raw consumer reading every message (nothing built), plus
+  one delta-rs write of the same rows as Arrow: read + write seconds (not a pipeline, and
+  not a floor: one way of reading and writing; it was called "the limit" before);
 * (d) Spark Structured Streaming: ``spark-sql-kafka-0-10`` for the installed Spark,
   ``from_json`` with the same schema, delta-spark's sink, ``Trigger.AvailableNow``, in the
   same local[2] Spark with Delta's jars (``_structured.py``), wall clock like (a);
@@ -33,11 +33,19 @@ into a table keyed by ``id``, through (a) ingest's upsert mode and (d) Structure
 with ``foreachBatch`` + Delta MERGE (latest offset wins in both); kafka-delta-ingest cannot
 upsert.
 
+* (f) the floor of each size, after the pipelines (``_floor.py``; ``--no-floor`` skips it):
+  the CPU seconds of the broker serving the topic to Kafka's consumer performance tool
+  (f1), of pyarrow's JSON reader parsing the values (f2) and of the Parquet write of the
+  table's columns in ingest's layout (f3), each measured alone, summed, over the cores.
+
+``--profile`` runs (a) once more at the largest 100-byte size under Linux ``perf`` (not
+timed) and prints its CPU seconds by stage over the whole process tree (``_profile.py``).
+
 ``--compile`` compiles the checkout's modules to bytecode first, as ``pip install`` does
 (with PYTHONDONTWRITEBYTECODE set, as in this workplace, every process start compiles them
-otherwise; the header says which). ``(c')`` beside the limit: the same run of it timed as a
+otherwise; the header says which). ``(c')`` beside (c): the same run of it timed as a
 process, as (a) is (its wall clock, less the untimed Arrow building between its phases);
-``small_vs_limit_process`` is that figure's ratio at 100k.
+``small_vs_read_write_process`` is that figure's ratio at 100k.
 
 Every table is checked exact: every (partition, offset) once, nothing else, each row's
 ``id`` the one produced at its offset (upsert: one row per key, its last change). Peak
@@ -50,10 +58,12 @@ committed offsets reach the end, as ``kafka-consumer-groups --describe`` would s
     .venv/bin/python scripts/bench/e2e.py --kdi-binary ~/kdi/target/release/kafka-delta-ingest
     .venv/bin/python scripts/bench/e2e.py --sizes 100k --upsert --upsert-size 1M
 
-The last line is ``RESULT vs_ss=.. vs_kdi=.. vs_naive=.. vs_limit=.. small_vs_naive=..
-small_vs_limit=.. exact=.. peak_rss_gib=..``: rows/s ratios, ours over theirs, at the
-largest 100-byte size (small_vs_naive at 500k, small_vs_limit at 100k: wall time ratio
-limit over ours, so above 0.5 means within 2x); peak_rss_gib is ours at the largest size.
+The last line is ``RESULT vs_ss=.. vs_kdi=.. vs_naive=.. vs_floor=.. vs_read_write=..
+upsert_vs_ss=.. upsert_rss_gib=.. small_vs_naive=.. small_vs_read_write=.. exact=..
+peak_rss_gib=..`` (``_e2e_report.py``): wall time ratios, theirs over ours (above 1: ingest
+is faster), at the largest 100-byte size; ``vs_floor`` is the floor's seconds over ours (1
+would be the floor itself); small_vs_naive at 500k, small_vs_read_write at 100k;
+peak_rss_gib is ours at the largest size, upsert_rss_gib ours in the upsert workload.
 """
 
 from __future__ import annotations
@@ -70,17 +80,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import _floor
+import _profile
 from _changes import check_latest, produce_changes
+from _e2e_report import LABELS, print_table, result_line
 from _kdi import run_kdi
-from _peers import limit_pipeline, naive_pipeline
+from _peers import naive_pipeline, read_write_pipeline
 from _pipeline import (
     OUTPUT_SCHEMA,
     ROOT,
     VALUE_DDL,
     VALUE_SCHEMA,
-    Measured,
     check_exact,
-    gib,
     ingest_until_end,
     load_average,
     machine,
@@ -95,15 +106,6 @@ from ingest.testing import KafkaCluster, TansuBroker, create_topic, unique_name
 
 PARTITIONS = 8
 DEFAULT_SIZES = "100k,500k,5M,1M@1KB"
-LABELS = {
-    "ours": "(a) ingest",
-    "classic": "(a') ingest, classic group",
-    "naive": "(b) naive",
-    "limit": "(c) limit",
-    "ss": "(d) Structured Streaming",
-    "kdi": "(e) kafka-delta-ingest",
-}
-LIMIT_PROCESS = "(c') limit, whole process"
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -136,8 +138,8 @@ def run_peer(args: argparse.Namespace) -> None:
             OUTPUT_SCHEMA,
             VALUE_SCHEMA.names,
         )
-    elif args.peer == "limit":
-        spent = limit_pipeline(
+    elif args.peer == "read_write":
+        spent = read_write_pipeline(
             args.bootstrap, args.topic, args.table, ends, DecodeSpec("json", VALUE_SCHEMA)
         )
     else:
@@ -179,12 +181,12 @@ def run_peer_process(
     if measured.returncode != 0:
         raise RuntimeError(f"{peer} exited {measured.returncode}; log: {log}")
     spent = peer_seconds(log)
-    # The limit is its two timed phases; the others are wall clock, as ours.
-    seconds = spent["read"] + spent["write"] if peer == "limit" else measured.seconds
+    # (c) is its two timed phases; the others are wall clock, as ours.
+    seconds = spent["read"] + spent["write"] if peer == "read_write" else measured.seconds
     phases = " ".join(f"{k}={v:.1f}s" for k, v in spent.items())
     result = {"m": measured, "seconds": seconds, "group": group, "phases": phases, "table": table}
-    if peer == "limit":
-        # The limit as a process of its own, as ours is timed: wall clock from its start
+    if peer == "read_write":
+        # (c) as a process of its own, as ours is timed: wall clock from its start
         # (Python, imports, the consumer's start) to its exit, less the Arrow building
         # between its two timed phases, which no pipeline does that way.
         result["process_seconds"] = measured.seconds - spent["prepare_untimed"]
@@ -224,8 +226,9 @@ def spark_source_groups(bootstrap: str) -> list[str]:
 
 
 def run_size(
-    args: argparse.Namespace, bootstrap: str, workdir: Path, records: int, value_bytes: int
-) -> dict[str, dict[str, Any]]:
+    args: argparse.Namespace, broker: Any, workdir: Path, records: int, value_bytes: int
+) -> tuple[dict[str, dict[str, Any]], _floor.Floor | None]:
+    bootstrap = broker.bootstrap
     per = records // args.partitions
     ends = dict.fromkeys(range(args.partitions), per)
     label = f"{per * args.partitions:,} x {value_bytes} B"
@@ -271,7 +274,7 @@ def run_size(
         else:
             result = run_peer_process(name, here, bootstrap, topic, ends)
         result["problem"] = check_exact(result["table"], ends, per)
-        group = None if name == "limit" else result["group"]
+        group = None if name == "read_write" else result["group"]
         if name == "ss":
             found = spark_source_groups(bootstrap)
             result["lag"] = (
@@ -286,7 +289,43 @@ def run_size(
             f" lag visible: {result['lag']} {result.get('phases', '')}",
             flush=True,
         )
-    return results
+    if args.profile and value_bytes == 100 and records == max(r for r, b in args.sizes if b == 100):
+        profile_ours(args, here, bootstrap, topic, ends, per)
+    floor = None
+    if not args.no_floor:
+        floor = _floor.measure(bootstrap, broker.pid, topic, records, value_bytes, here)
+        print(f"# {label} floor: {floor.describe()}", flush=True)
+    return results, floor
+
+
+def profile_ours(
+    args: argparse.Namespace,
+    here: Path,
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    per: int,
+) -> None:
+    """(a) once more under ``perf`` (not timed): its CPU by stage (``_profile.py``)."""
+    perf = _profile.find_perf()
+    data = here / "perf.data"
+    sections = {"source": {"group_protocol": "consumer" if args.broker == "kafka" else "classic"}}
+    result = ingest_until_end(
+        "profiled",
+        here,
+        bootstrap,
+        topic,
+        ends,
+        per,
+        sections=sections,
+        wrap=_profile.perf_argv(perf, data),
+    )
+    if result["problem"] is not None:
+        raise RuntimeError(f"the profiled run is not exact: {result['problem']}")
+    print(
+        f"# profiled (a): {result['seconds']:.1f} s under perf, {result['m'].cpu_seconds:.1f} CPU s"
+    )
+    _profile.print_stages(_profile.stages(perf, data))
 
 
 def run_upsert(
@@ -350,39 +389,6 @@ def compile_bytecode() -> str:
     return "ingest compiled first"
 
 
-def print_table(runs: list[tuple[str, dict[str, dict[str, Any]]]]) -> None:
-    print()
-    header = f"{'size':26} {'pipeline':26} {'seconds':>8} {'rows/s':>11} {'CPU s':>7}"
-    print(f"{header} {'RSS GiB':>8} {'PSS GiB':>8} {'exact':6} lag visible")
-    for label, results in runs:
-        rows = int(label.split()[0 if not label.startswith("upsert") else 1].replace(",", ""))
-        for name, result in results.items():
-            m: Measured = result["m"]
-            rate = rows / result["seconds"]
-            exact = "yes" if result["problem"] is None else "NO"
-            print(
-                f"{label:26} {LABELS[name]:26} {result['seconds']:8.1f} {rate:11,.0f} "
-                f"{m.cpu_seconds:7.1f} {gib(m.peak_rss):8.2f} {gib(m.peak_pss):8.2f} "
-                f"{exact:6} {result['lag']}"
-            )
-            if result["problem"] is not None:
-                print(f"{'':26} ^ not exact: {result['problem']}")
-            if "process_seconds" in result:
-                seconds = result["process_seconds"]
-                print(
-                    f"{label:26} {LIMIT_PROCESS:26} {seconds:8.1f} {rows / seconds:11,.0f} "
-                    f"{'':7} {'':8} {'':8} {'':6} n/a"
-                )
-    print("(limit: read + write seconds; its memory and CPU include building the Arrow data)")
-    print(f"({LIMIT_PROCESS}: the same run's wall clock from its process start to its exit,")
-    print(" less its untimed Arrow building: Python start, imports, read and write, as (a))")
-    print("(Structured Streaming keeps its offsets in its checkpoint, kafka-delta-ingest in")
-    print(" the Delta log's txn actions; the lag column shows what Kafka's tools can see)")
-    if any("kdi" in results for _, results in runs):
-        print("(kafka-delta-ingest: seconds and CPU to the commit that completed its table; its")
-        print(" -e stops only on a record produced after its start: scripts/bench/_kdi.py)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"default {DEFAULT_SIZES}")
@@ -397,11 +403,20 @@ def main() -> None:
         help="kafka-delta-ingest's --allowed_latency, seconds (default 10): -e writes its last"
         " records only when it expires",
     )
-    parser.add_argument("--only", default="ours,naive,limit,ss,kdi", help="pipelines to run")
+    parser.add_argument("--only", default="ours,naive,read_write,ss,kdi", help="pipelines to run")
     parser.add_argument("--upsert", action="store_true", help="also the upsert workload")
     parser.add_argument("--upsert-size", type=lambda t: parse_size(t)[0], default=5_000_000)
     parser.add_argument("--upsert-keys", type=lambda t: parse_size(t)[0], default=500_000)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run (a) once more at the largest 100-byte size under Linux perf and print its"
+        " CPU by stage (_profile.py)",
+    )
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip measuring each size's floor (_floor.py)"
+    )
     parser.add_argument(
         "--compile",
         action="store_true",
@@ -412,7 +427,7 @@ def main() -> None:
         "--initial-rebalance-delay-ms", type=int, default=3000, help="Kafka's default: 3000"
     )
     parser.add_argument(
-        "--peer", choices=["naive", "limit", "ss", "ss-upsert"], help=argparse.SUPPRESS
+        "--peer", choices=["naive", "read_write", "ss", "ss-upsert"], help=argparse.SUPPRESS
     )
     for hidden in ("--bootstrap", "--topic", "--group", "--table", "--ends"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
@@ -422,12 +437,15 @@ def main() -> None:
         return
     args.pipelines = [name for name in LABELS if name in args.only.split(",")]
     sizes = [parse_size(text) for text in ("100k,500k" if args.quick else args.sizes).split(",")]
+    args.sizes = sizes
     workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-e2e-"))
     bytecode = compile_bytecode() if args.compile else "as found (not compiled first)"
     dont_write = "set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "unset"
     print(f"# {machine()}; load average before: {load_average()}; broker: {args.broker}")
     print(f"# bytecode: {bytecode}; PYTHONDONTWRITEBYTECODE {dont_write}")
     runs: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    floors: dict[str, _floor.Floor] = {}
+    upsert: dict[str, dict[str, Any]] | None = None
     try:
         # The broker's own default: a new classic group's first join waits 3 s for others.
         delay = {"group.initial.rebalance.delay.ms": str(args.initial_rebalance_delay_ms)}
@@ -436,56 +454,21 @@ def main() -> None:
             warm = warm_group_coordinator(broker.bootstrap)
             print(f"# the broker's group coordinator warmed up first, untimed: {warm:.2f} s")
             for records, value_bytes in sizes:
-                results = run_size(args, broker.bootstrap, workdir, records, value_bytes)
-                runs.append((next(iter(results.values()))["label"], results))
+                results, floor = run_size(args, broker, workdir, records, value_bytes)
+                label = next(iter(results.values()))["label"]
+                runs.append((label, results))
+                if floor is not None:
+                    floors[label] = floor
             if args.upsert:
-                results = run_upsert(args, broker.bootstrap, workdir)
-                if results:
-                    runs.append((next(iter(results.values()))["label"], results))
+                upsert = run_upsert(args, broker.bootstrap, workdir)
+                if upsert:
+                    runs.append((next(iter(upsert.values()))["label"], upsert))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"# load average after: {load_average()}")
-    print_table(runs)
-    summary(runs, sizes)
-
-
-def summary(
-    runs: list[tuple[str, dict[str, dict[str, Any]]]], sizes: list[tuple[int, int]]
-) -> None:
-    by_size = {size: results for size, (_, results) in zip(sizes, runs, strict=False)}
-    small = [s for s in sizes if s[1] == 100]
-    if not small:
-        return
-    largest = by_size[max(small)]
-    parts: list[str] = []
-
-    def ratio(results: dict[str, dict[str, Any]], peer: str) -> float | None:
-        if "ours" in results and peer in results:
-            return float(results[peer]["seconds"] / results["ours"]["seconds"])
-        return None
-
-    for key, results, peer in (
-        ("vs_ss", largest, "ss"),
-        ("vs_kdi", largest, "kdi"),
-        ("vs_naive", largest, "naive"),
-        ("vs_limit", largest, "limit"),
-        ("small_vs_naive", by_size.get((500_000, 100), {}), "naive"),
-        ("small_vs_limit", by_size.get((100_000, 100), {}), "limit"),
-    ):
-        value = ratio(results, peer)
-        if value is not None:
-            parts.append(f"{key}={value:.2f}")
-    at_100k = by_size.get((100_000, 100), {})
-    if "ours" in at_100k and "process_seconds" in at_100k.get("limit", {}):
-        # A second figure beside small_vs_limit: the limit timed as a process, as ours is.
-        whole = at_100k["limit"]["process_seconds"] / at_100k["ours"]["seconds"]
-        parts.append(f"small_vs_limit_process={whole:.2f}")
-    exact = all(r["problem"] is None for _, results in runs for r in results.values())
-    parts.append(f"exact={str(exact).lower()}")
-    if "ours" in largest:
-        parts.append(f"peak_rss_gib={gib(largest['ours']['m'].peak_rss):.2f}")
-    print("RESULT " + " ".join(parts))
+    print_table(runs, floors)
+    print(result_line(runs, sizes, floors, upsert))
 
 
 if __name__ == "__main__":
