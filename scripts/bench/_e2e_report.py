@@ -80,6 +80,7 @@ def result_line(
     sizes: list[tuple[int, int]],
     floors: dict[str, Floor],
     upsert: Results | None,
+    avro: Results | None = None,
 ) -> str:
     """``RESULT key=value ...``: ratios ours over theirs (above 1: ingest is faster) at the
     largest 100-byte size, unless the key says otherwise."""
@@ -103,6 +104,10 @@ def result_line(
             parts.append(f"upsert_vs_ss={value:.2f}")
         if "ours" in upsert:
             parts.append(f"upsert_rss_gib={gib(upsert['ours']['m'].peak_rss):.2f}")
+    if avro:
+        value = _ratio(avro, "ss")
+        if value is not None:
+            parts.append(f"avro_vs_ss={value:.2f}")
     for key, size, peer in (
         ("small_vs_naive", (500_000, 100), "naive"),
         ("small_vs_read_write", (100_000, 100), "read_write"),

@@ -138,12 +138,13 @@ def produce_json(
     value_bytes: int = VALUE_BYTES,
     *,
     idempotent: bool = False,
+    encode: Callable[[int, int, int], bytes] = lambda i, ts, size: json_value(i, ts, size),
 ) -> float:
     """Produces ``per_partition`` records of ``value_bytes`` to each partition
     (non-idempotent, as the harness's crash-safe setting, unless ``idempotent``: librdkafka
     then keeps each partition's order through retries, which one request in flight alone
     did not on a new topic's first requests in namespace hosts); returns the seconds it
-    took."""
+    took. ``encode(id, ts_ms, value_bytes)``: a record's value (default: its JSON)."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -170,7 +171,7 @@ def produce_json(
         base = partition * per_partition
         now_ms = time.time_ns() // 1_000_000
         for n in range(per_partition):
-            value = json_value(base + n, now_ms, value_bytes)
+            value = encode(base + n, now_ms, value_bytes)
             key = b"k%07d" % (n % 1_000_000)
             while True:
                 try:

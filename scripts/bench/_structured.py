@@ -28,8 +28,15 @@ def kafka_source_coordinates() -> list[str]:
     return [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"]
 
 
-def session(app: str) -> Any:
-    """A local[2] session with Delta and Spark's Kafka source, jars from the shared cache."""
+def avro_coordinates() -> list[str]:
+    import pyspark
+
+    return [f"org.apache.spark:spark-avro_2.13:{pyspark.__version__}"]
+
+
+def session(app: str, extra: list[str] | None = None) -> Any:
+    """A local[2] session with Delta and Spark's Kafka source (and ``extra`` coordinates),
+    jars from the shared cache."""
     import os
     import sys
 
@@ -38,7 +45,7 @@ def session(app: str) -> Any:
 
     from ingest.spark_env import DELTA_SETTINGS, beside_spark, delta_coordinates
 
-    jars = beside_spark(delta_coordinates() + kafka_source_coordinates())
+    jars = beside_spark(delta_coordinates() + kafka_source_coordinates() + (extra or []))
     classpath = ":".join(str(jar) for jar in jars)
     builder = (
         SparkSession.builder.master("local[2]")
@@ -57,7 +64,12 @@ def session(app: str) -> Any:
     return spark
 
 
-def _decoded(spark: Any, bootstrap: str, topic: str, value_ddl: str) -> Any:
+def _decoded(
+    spark: Any, bootstrap: str, topic: str, value_ddl: str, avro_schema: str | None = None
+) -> Any:
+    """The topic's records, the value's fields as columns: ``from_json`` with ``value_ddl``,
+    or, given ``avro_schema`` (the writer's schema JSON), ``from_avro`` after the 5-byte
+    Confluent header."""
     from pyspark.sql import functions as f
 
     raw = (
@@ -68,25 +80,33 @@ def _decoded(spark: Any, bootstrap: str, topic: str, value_ddl: str) -> Any:
         .option("failOnDataLoss", "true")
         .load()
     )
-    return raw.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "key",
-        f.from_json(f.col("value").cast("string"), value_ddl).alias("v"),
-    ).select("topic", "partition", "offset", "timestamp", "key", "v.*")
+    if avro_schema is None:
+        value = f.from_json(f.col("value").cast("string"), value_ddl)
+    else:
+        from pyspark.sql.avro.functions import from_avro
+
+        value = from_avro(f.expr("substring(value, 6, length(value) - 5)"), avro_schema)
+    return raw.select("topic", "partition", "offset", "timestamp", "key", value.alias("v")).select(
+        "topic", "partition", "offset", "timestamp", "key", "v.*"
+    )
 
 
 def append(
-    bootstrap: str, topic: str, table: Path, checkpoint: Path, value_ddl: str
+    bootstrap: str,
+    topic: str,
+    table: Path,
+    checkpoint: Path,
+    value_ddl: str,
+    avro_schema: str | None = None,
 ) -> dict[str, float]:
-    """Every record of ``topic`` into the Delta table ``table``; the seconds of each phase."""
+    """Every record of ``topic`` into the Delta table ``table``; the seconds of each phase.
+    ``avro_schema``: the values are Confluent-framed Avro of that writer's schema."""
     began = time.perf_counter()
-    spark = session("structured-streaming-append")
+    extra = None if avro_schema is None else avro_coordinates()
+    spark = session("structured-streaming-append", extra)
     started = time.perf_counter() - began
     query = (
-        _decoded(spark, bootstrap, topic, value_ddl)
+        _decoded(spark, bootstrap, topic, value_ddl, avro_schema)
         .writeStream.format("delta")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)

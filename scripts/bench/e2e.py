@@ -82,9 +82,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import _floor
 import _profile
+from _avro_e2e import run_avro
 from _changes import check_latest, produce_changes
 from _e2e_report import LABELS, print_table, result_line
 from _kdi import run_kdi
+from _peer_process import committed_lag, run_peer_process, spark_source_groups
 from _peers import naive_pipeline, read_write_pipeline
 from _pipeline import (
     OUTPUT_SCHEMA,
@@ -96,13 +98,12 @@ from _pipeline import (
     load_average,
     machine,
     produce_json,
-    run_measured,
     warm_group_coordinator,
     warm_topic,
 )
 
 from ingest.formats.decode import DecodeSpec
-from ingest.testing import KafkaCluster, TansuBroker, create_topic, unique_name
+from ingest.testing import KafkaCluster, SchemaRegistry, TansuBroker, create_topic, unique_name
 
 PARTITIONS = 8
 DEFAULT_SIZES = "100k,500k,5M,1M@1KB"
@@ -146,80 +147,16 @@ def run_peer(args: argparse.Namespace) -> None:
         import _structured
 
         checkpoint = Path(args.table + "_checkpoint")
-        if args.peer == "ss":
+        if args.peer in ("ss", "ss-avro"):
+            avro = Path(args.avro_schema).read_text() if args.peer == "ss-avro" else None
             spent = _structured.append(
-                args.bootstrap, args.topic, Path(args.table), checkpoint, VALUE_DDL
+                args.bootstrap, args.topic, Path(args.table), checkpoint, VALUE_DDL, avro
             )
         else:
             spent = _structured.upsert(
                 args.bootstrap, args.topic, Path(args.table), checkpoint, VALUE_DDL, "id"
             )
     print("PEER " + json.dumps(spent), flush=True)
-
-
-def peer_seconds(log: Path) -> dict[str, float]:
-    for line in log.read_text().splitlines():
-        if line.startswith("PEER "):
-            return {k: float(v) for k, v in json.loads(line[5:]).items()}
-    raise RuntimeError(f"the peer printed no result; log: {log}")
-
-
-def run_peer_process(
-    peer: str, workdir: Path, bootstrap: str, topic: str, ends: dict[int, int]
-) -> dict[str, Any]:
-    log = workdir / f"{peer}.log"
-    table = workdir / peer
-    group = unique_name(peer)
-    argv = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        *("--peer", peer, "--bootstrap", bootstrap, "--topic", topic),
-        *("--group", group, "--table", str(table)),
-        *("--ends", ",".join(f"{p}:{n}" for p, n in ends.items())),
-    ]
-    measured = run_measured(argv, log=log, timeout=3600)
-    if measured.returncode != 0:
-        raise RuntimeError(f"{peer} exited {measured.returncode}; log: {log}")
-    spent = peer_seconds(log)
-    # (c) is its two timed phases; the others are wall clock, as ours.
-    seconds = spent["read"] + spent["write"] if peer == "read_write" else measured.seconds
-    phases = " ".join(f"{k}={v:.1f}s" for k, v in spent.items())
-    result = {"m": measured, "seconds": seconds, "group": group, "phases": phases, "table": table}
-    if peer == "read_write":
-        # (c) as a process of its own, as ours is timed: wall clock from its start
-        # (Python, imports, the consumer's start) to its exit, less the Arrow building
-        # between its two timed phases, which no pipeline does that way.
-        result["process_seconds"] = measured.seconds - spent["prepare_untimed"]
-    return result
-
-
-# -- what kafka-consumer-groups would show ------------------------------------------------------
-
-
-def committed_lag(bootstrap: str, group: str | None, topic: str, ends: dict[int, int]) -> str:
-    """The group's lag from its committed offsets, or why there is none to see."""
-    if group is None:
-        return "n/a"
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
-    finally:
-        consumer.close()
-    offsets = {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
-    if not offsets:
-        return "no (none committed)"
-    lag = sum(end - offsets.get(p, 0) for p, end in ends.items())
-    return f"yes (lag {lag})"
-
-
-def spark_source_groups(bootstrap: str) -> list[str]:
-    """Groups named like Spark's Kafka source's (``spark-kafka-source-...``)."""
-    from confluent_kafka.admin import AdminClient
-
-    listed = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups().result(30)
-    return [g.group_id for g in listed.valid if g.group_id.startswith("spark-kafka-source")]
 
 
 # -- one size -----------------------------------------------------------------------------------
@@ -407,6 +344,8 @@ def main() -> None:
     parser.add_argument("--upsert", action="store_true", help="also the upsert workload")
     parser.add_argument("--upsert-size", type=lambda t: parse_size(t)[0], default=5_000_000)
     parser.add_argument("--upsert-keys", type=lambda t: parse_size(t)[0], default=500_000)
+    parser.add_argument("--avro", action="store_true", help="also the Avro workload")
+    parser.add_argument("--avro-size", type=lambda t: parse_size(t)[0], default=5_000_000)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
         "--profile",
@@ -427,9 +366,11 @@ def main() -> None:
         "--initial-rebalance-delay-ms", type=int, default=3000, help="Kafka's default: 3000"
     )
     parser.add_argument(
-        "--peer", choices=["naive", "read_write", "ss", "ss-upsert"], help=argparse.SUPPRESS
+        "--peer",
+        choices=["naive", "read_write", "ss", "ss-upsert", "ss-avro"],
+        help=argparse.SUPPRESS,
     )
-    for hidden in ("--bootstrap", "--topic", "--group", "--table", "--ends"):
+    for hidden in ("--bootstrap", "--topic", "--group", "--table", "--ends", "--avro-schema"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
@@ -446,6 +387,7 @@ def main() -> None:
     runs: list[tuple[str, dict[str, dict[str, Any]]]] = []
     floors: dict[str, _floor.Floor] = {}
     upsert: dict[str, dict[str, Any]] | None = None
+    avro: dict[str, dict[str, Any]] | None = None
     try:
         # The broker's own default: a new classic group's first join waits 3 s for others.
         delay = {"group.initial.rebalance.delay.ms": str(args.initial_rebalance_delay_ms)}
@@ -463,12 +405,17 @@ def main() -> None:
                 upsert = run_upsert(args, broker.bootstrap, workdir)
                 if upsert:
                     runs.append((next(iter(upsert.values()))["label"], upsert))
+            if args.avro:
+                with SchemaRegistry() as registry:
+                    avro = run_avro(args, broker.bootstrap, registry.url, workdir, args.avro_size)
+                if avro:
+                    runs.append((next(iter(avro.values()))["label"], avro))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"# load average after: {load_average()}")
     print_table(runs, floors)
-    print(result_line(runs, sizes, floors, upsert))
+    print(result_line(runs, sizes, floors, upsert, avro))
 
 
 if __name__ == "__main__":
