@@ -81,6 +81,7 @@ def result_line(
     floors: dict[str, Floor],
     upsert: Results | None,
     avro: Results | None = None,
+    latencies: list[dict[str, Any]] | None = None,
 ) -> str:
     """``RESULT key=value ...``: ratios ours over theirs (above 1: ingest is faster) at the
     largest 100-byte size, unless the key says otherwise."""
@@ -120,7 +121,10 @@ def result_line(
         # Beside small_vs_read_write: (c) timed as a process, as ours is.
         whole = at_100k["read_write"]["process_seconds"] / at_100k["ours"]["seconds"]
         parts.append(f"small_vs_read_write_process={whole:.2f}")
-    every = [r for _, results in runs for r in results.values()]
+    for r in latencies or []:
+        prefix = "" if r["pipeline"] == "ours" else "ss_"
+        parts.append(f"{prefix}p99_{r['trigger']:g}s={r['p99']:.2f}")
+    every = [r for _, results in runs for r in results.values()] + list(latencies or [])
     exact = all(r["problem"] is None for r in every)
     parts.append(f"exact={str(exact).lower()}")
     if small and "ours" in by_size[max(small)][1]:

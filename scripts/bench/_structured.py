@@ -164,3 +164,28 @@ def upsert(
     ran = time.perf_counter() - began - started
     spark.stop()
     return {"session": started, "query": ran}
+
+
+def continuous(
+    bootstrap: str, topic: str, table: Path, checkpoint: Path, value_ddl: str, trigger: float
+) -> None:
+    """Runs the append query with a ``trigger``-second processing-time trigger until
+    SIGTERM, then stops it and the session (latency.py's continuous peer)."""
+    import signal
+    import threading
+
+    spark = session("structured-streaming-continuous")
+    query = (
+        _decoded(spark, bootstrap, topic, value_ddl)
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{trigger:g} seconds")
+        .start(str(table))
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        if not query.isActive:
+            raise RuntimeError(f"the streaming query ended: {query.exception()}")
+    query.stop()
+    spark.stop()

@@ -27,13 +27,19 @@ after it is produced, so that no pipeline is a fresh topic's first reader):
   started, so the harness produces one with no value to each partition then; ``_kdi.py``
   says why).
 
-Sizes (``--sizes``): 100k, 500k and 5M records of 100 B, and 1M of 1 KB (``1M@1KB``).
-``--upsert`` adds the second workload: 5M change events over 500k keys (``--upsert-size``)
-into a table keyed by ``id``, through (a) ingest's upsert mode and (d) Structured Streaming
-with ``foreachBatch`` + Delta MERGE (latest offset wins in both); kafka-delta-ingest cannot
-upsert.
+Sizes (``--sizes``): 100k, 500k and 5M records of 100 B, and 1M of 1 KB (``1M@1KB``). Then
+the other workloads (``--skip`` leaves any out):
 
-* (f) the floor of each size, after the pipelines (``_floor.py``; ``--no-floor`` skips it):
+* upsert: 5M change events over 500k keys (``--upsert-size``, ``--upsert-keys``) into a
+  table keyed by ``id``, through (a) ingest's upsert mode and (d) Structured Streaming with
+  ``foreachBatch`` + Delta MERGE (latest offset wins in both); kafka-delta-ingest cannot
+  upsert;
+* avro: 5M Confluent-framed Avro values through the harness's schema registry, (a) against
+  (d) with ``from_avro`` (``_avro_e2e.py``);
+* continuous: (a) and (d) running continuously at 1 s and 10 s triggers while 100k
+  records/s are produced for 3 minutes, each row's produce-to-visible latency
+  (``latency.py``'s ``run_trigger``);
+* floor: (f) the floor of each size, after the pipelines (``_floor.py``):
   the CPU seconds of the broker serving the topic to Kafka's consumer performance tool
   (f1), of pyarrow's JSON reader parsing the values (f2) and of the Parquet write of the
   table's columns in ingest's layout (f3), each measured alone, summed, over the cores.
@@ -53,17 +59,19 @@ memory is the whole process tree's (sum of VmRSS; Pss too), sampled from /proc e
 0.25 s; CPU is the tree's user + system seconds. "lag visible" says whether the group's
 committed offsets reach the end, as ``kafka-consumer-groups --describe`` would show them.
 
-    .venv/bin/python scripts/bench/e2e.py                      # every size, ~15 min
-    .venv/bin/python scripts/bench/e2e.py --sizes 100k,500k    # the small triggers
+    .venv/bin/python scripts/bench/e2e.py                      # everything, ~40 min
+    .venv/bin/python scripts/bench/e2e.py --quick              # 100k, 500k, a tenth of the rest
     .venv/bin/python scripts/bench/e2e.py --kdi-binary ~/kdi/target/release/kafka-delta-ingest
-    .venv/bin/python scripts/bench/e2e.py --sizes 100k --upsert --upsert-size 1M
+    .venv/bin/python scripts/bench/e2e.py --sizes 5M --skip upsert,avro,continuous --profile
 
 The last line is ``RESULT vs_ss=.. vs_kdi=.. vs_naive=.. vs_floor=.. vs_read_write=..
-upsert_vs_ss=.. upsert_rss_gib=.. small_vs_naive=.. small_vs_read_write=.. exact=..
-peak_rss_gib=..`` (``_e2e_report.py``): wall time ratios, theirs over ours (above 1: ingest
-is faster), at the largest 100-byte size; ``vs_floor`` is the floor's seconds over ours (1
-would be the floor itself); small_vs_naive at 500k, small_vs_read_write at 100k;
-peak_rss_gib is ours at the largest size, upsert_rss_gib ours in the upsert workload.
+upsert_vs_ss=.. upsert_rss_gib=.. avro_vs_ss=.. small_vs_naive=.. small_vs_read_write=..
+p99_1s=.. p99_10s=.. ss_p99_1s=.. ss_p99_10s=.. exact=.. peak_rss_gib=..``
+(``_e2e_report.py``): wall time ratios, theirs over ours (above 1: ingest is faster), at the
+largest 100-byte size; ``vs_floor`` is the floor's seconds over ours (1 would be the floor
+itself); small_vs_naive at 500k, small_vs_read_write at 100k; the p99s in seconds;
+peak_rss_gib is ours at the largest size, upsert_rss_gib ours in the upsert workload; exact
+covers every table of the run.
 """
 
 from __future__ import annotations
@@ -82,6 +90,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import _floor
 import _profile
+import latency
 from _avro_e2e import run_avro
 from _changes import check_latest, produce_changes
 from _e2e_report import LABELS, print_table, result_line
@@ -310,6 +319,35 @@ def run_upsert(
     return results
 
 
+def run_continuous(args: argparse.Namespace, bootstrap: str, workdir: Path) -> list[dict[str, Any]]:
+    """(a) and (d) continuous at 1 s and 10 s triggers, ``--continuous-rate`` records/s for
+    ``--continuous-seconds`` each, produce-to-visible latency (latency.py)."""
+    here = workdir / "continuous"
+    here.mkdir()
+    results = []
+    for pipeline in ("ours", "ss"):
+        if pipeline not in args.pipelines:
+            continue
+        for trigger in (1.0, 10.0):
+            result = latency.run_trigger(
+                here,
+                bootstrap,
+                args.partitions,
+                trigger,
+                args.continuous_rate,
+                args.continuous_seconds,
+                pipeline,
+            )
+            print(
+                f"# continuous {pipeline} {trigger:g}s: p50 {result['p50']:.2f} p99"
+                f" {result['p99']:.2f} max {result['max']:.2f} s, {result['records']:,} records,"
+                f" exact: {result['problem'] or 'yes'}",
+                flush=True,
+            )
+            results.append(result)
+    return results
+
+
 # -- main ---------------------------------------------------------------------------------------
 
 
@@ -329,7 +367,11 @@ def compile_bytecode() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"default {DEFAULT_SIZES}")
-    parser.add_argument("--quick", action="store_true", help="--sizes 100k,500k")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="--sizes 100k,500k, the upsert and Avro workloads at a tenth, 30 s continuous runs",
+    )
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--broker", choices=["kafka", "tansu"], default="kafka")
     parser.add_argument("--kdi-binary", type=Path, help="a kafka-delta-ingest binary")
@@ -341,20 +383,23 @@ def main() -> None:
         " records only when it expires",
     )
     parser.add_argument("--only", default="ours,naive,read_write,ss,kdi", help="pipelines to run")
-    parser.add_argument("--upsert", action="store_true", help="also the upsert workload")
-    parser.add_argument("--upsert-size", type=lambda t: parse_size(t)[0], default=5_000_000)
-    parser.add_argument("--upsert-keys", type=lambda t: parse_size(t)[0], default=500_000)
-    parser.add_argument("--avro", action="store_true", help="also the Avro workload")
-    parser.add_argument("--avro-size", type=lambda t: parse_size(t)[0], default=5_000_000)
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="workloads to leave out, comma-separated: upsert, avro, continuous, floor",
+    )
+    size = lambda t: parse_size(t)[0]  # noqa: E731
+    parser.add_argument("--upsert-size", type=size, help="default 5M (--quick: 500k)")
+    parser.add_argument("--upsert-keys", type=size, help="default 500k (--quick: 50k)")
+    parser.add_argument("--avro-size", type=size, help="default 5M (--quick: 500k)")
+    parser.add_argument("--continuous-rate", type=int, default=100_000, help="records/s")
+    parser.add_argument("--continuous-seconds", type=float, help="a run; default 180 (--quick: 30)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
         "--profile",
         action="store_true",
         help="run (a) once more at the largest 100-byte size under Linux perf and print its"
         " CPU by stage (_profile.py)",
-    )
-    parser.add_argument(
-        "--no-floor", action="store_true", help="skip measuring each size's floor (_floor.py)"
     )
     parser.add_argument(
         "--compile",
@@ -377,6 +422,17 @@ def main() -> None:
         run_peer(args)
         return
     args.pipelines = [name for name in LABELS if name in args.only.split(",")]
+    skipped = {name for name in args.skip.split(",") if name}
+    unknown = skipped - {"upsert", "avro", "continuous", "floor"}
+    if unknown:
+        parser.error(f"--skip: unknown workloads {sorted(unknown)}")
+    args.upsert, args.avro = "upsert" not in skipped, "avro" not in skipped
+    args.continuous, args.no_floor = "continuous" not in skipped, "floor" in skipped
+    tenth = 10 if args.quick else 1
+    args.upsert_size = args.upsert_size or 5_000_000 // tenth
+    args.upsert_keys = args.upsert_keys or 500_000 // tenth
+    args.avro_size = args.avro_size or 5_000_000 // tenth
+    args.continuous_seconds = args.continuous_seconds or (30.0 if args.quick else 180.0)
     sizes = [parse_size(text) for text in ("100k,500k" if args.quick else args.sizes).split(",")]
     args.sizes = sizes
     workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-e2e-"))
@@ -388,6 +444,7 @@ def main() -> None:
     floors: dict[str, _floor.Floor] = {}
     upsert: dict[str, dict[str, Any]] | None = None
     avro: dict[str, dict[str, Any]] | None = None
+    latencies: list[dict[str, Any]] = []
     try:
         # The broker's own default: a new classic group's first join waits 3 s for others.
         delay = {"group.initial.rebalance.delay.ms": str(args.initial_rebalance_delay_ms)}
@@ -410,12 +467,16 @@ def main() -> None:
                     avro = run_avro(args, broker.bootstrap, registry.url, workdir, args.avro_size)
                 if avro:
                     runs.append((next(iter(avro.values()))["label"], avro))
+            if args.continuous:
+                latencies = run_continuous(args, broker.bootstrap, workdir)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"# load average after: {load_average()}")
     print_table(runs, floors)
-    print(result_line(runs, sizes, floors, upsert, avro))
+    if latencies:
+        latency.print_latencies(latencies)
+    print(result_line(runs, sizes, floors, upsert, avro, latencies), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,14 @@ then stopped with SIGTERM (a graceful stop must exit 0).
 
     .venv/bin/python scripts/bench/latency.py [--rate 5000] [--seconds 30] [--triggers 1,10]
 
-Target: p99 <= trigger interval + 2 s. The last line is
-``RESULT p99_1s=<s> p99_10s=<s> met=<true|false> exact=<true|false>``.
+``--pipelines ours,ss`` also runs Structured Streaming (``_structured.continuous``: the Kafka
+source, ``from_json``, delta-spark's sink, ``Trigger.ProcessingTime`` at the same interval, in
+a process of its own) on a topic of its own, watched the same way; SIGTERM stops its query.
+e2e.py ``--continuous`` runs both on Apache Kafka at 100k records/s for 3 minutes a trigger.
+
+Target (issue 38): ingest's p99 <= trigger interval + 1 s, and below Structured Streaming's
+at the same trigger when it ran. The last line is ``RESULT p99_1s=<s> p99_10s=<s>
+[ss_p99_1s=<s> ss_p99_10s=<s>] met=<true|false> exact=<true|false>``.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from _pipeline import (
     ROOT,
+    VALUE_DDL,
     TreeSampler,
     gib,
     ingest_argv,
@@ -144,13 +151,19 @@ def produce_at_rate(
     return ids
 
 
-def run_trigger(
-    workdir: Path, bootstrap: str, partitions: int, trigger: float, args: argparse.Namespace
-) -> dict[str, Any]:
-    name = f"trigger{trigger:g}s"
-    topic = unique_name(f"bench-latency-{name}")
-    create_topic(bootstrap, topic, partitions=partitions)
+def pipeline_argv(
+    pipeline: str, workdir: Path, name: str, bootstrap: str, topic: str, trigger: float
+) -> list[str]:
+    """The continuous run of ``pipeline`` ("ours": the ingest CLI; "ss": Structured
+    Streaming, ``_structured.continuous``) into ``workdir/name``."""
     table = workdir / name
+    if pipeline == "ss":
+        return [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            *("--ss-peer", "--bootstrap", bootstrap, "--topic", topic),
+            *("--table", str(table), "--trigger", f"{trigger:g}"),
+        ]
     config = write_config(
         workdir / f"{name}.toml",
         bootstrap=bootstrap,
@@ -163,12 +176,29 @@ def run_trigger(
             "trigger": {"max_age": f"{trigger:g}s"},
         },
     )
+    return ingest_argv(config)
+
+
+def run_trigger(
+    workdir: Path,
+    bootstrap: str,
+    partitions: int,
+    trigger: float,
+    rate: int,
+    seconds: float,
+    pipeline: str = "ours",
+) -> dict[str, Any]:
+    """One continuous run of ``pipeline`` at ``trigger`` seconds: ``rate`` records/s for
+    ``seconds`` after a warm-up, each row's produce-to-visible latency."""
+    name = f"{pipeline}-trigger{trigger:g}s"
+    topic = unique_name(f"bench-latency-{name}")
+    create_topic(bootstrap, topic, partitions=partitions)
+    table = workdir / name
+    argv = pipeline_argv(pipeline, workdir, name, bootstrap, topic, trigger)
     log = workdir / f"{name}.log"
     watcher = TableWatcher(table)
     with open(log, "w") as out:
-        process = subprocess.Popen(
-            ingest_argv(config), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         try:
             with TreeSampler(process.pid, interval=0.5, pss=False) as sampler:
                 warm = {WARM_ID_BASE + p for p in range(partitions)}
@@ -180,7 +210,7 @@ def run_trigger(
                 ids: list[int] = []
                 producer = threading.Thread(
                     target=lambda: ids.extend(
-                        produce_at_rate(bootstrap, topic, partitions, args.rate, args.seconds, 0)
+                        produce_at_rate(bootstrap, topic, partitions, rate, seconds, 0)
                     ),
                     name="producer",
                 )
@@ -190,9 +220,13 @@ def run_trigger(
                     watcher.poll()
                     time.sleep(POLL)
                 producer.join()
-                complete = watcher.wait_for(set(ids), trigger + 60, process)
+                # A pipeline that fell behind gets as long again to catch up: its late
+                # rows' latencies are the figure, not a loss.
+                complete = watcher.wait_for(set(ids), trigger + max(60, seconds), process)
             process.send_signal(signal.SIGTERM)
             code = process.wait(120)
+            # Spark's JVM ends on SIGTERM by its own shutdown hook: 143 is its clean exit.
+            code = 0 if pipeline == "ss" and code in (-signal.SIGTERM, 143) else code
         finally:
             if process.poll() is None:
                 process.kill()
@@ -210,6 +244,7 @@ def run_trigger(
         problem = (problem or "") + f" (SIGTERM exit {code})"
     phases = run_phases(log)
     return {
+        "pipeline": pipeline,
         "trigger": trigger,
         "records": len(ids),
         "p50": float(np.percentile(latencies, 50)) / 1000 if len(latencies) else float("nan"),
@@ -240,8 +275,25 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30, help="of producing, a trigger")
     parser.add_argument("--triggers", default="1,10", help="trigger.max_age values, seconds")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--pipelines",
+        default="ours",
+        help="ours and/or ss (Structured Streaming, processing-time trigger), comma-separated",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--ss-peer", action="store_true", help=argparse.SUPPRESS)
+    for hidden in ("--bootstrap", "--topic", "--table", "--trigger"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ss_peer:
+        import _structured
+
+        table = Path(args.table)
+        checkpoint = table.with_name(table.name + "_checkpoint")
+        _structured.continuous(
+            args.bootstrap, args.topic, table, checkpoint, VALUE_DDL, float(args.trigger)
+        )
+        return
 
     workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-latency-"))
     print(f"# {machine()}; load average before: {load_average()}")
@@ -252,33 +304,59 @@ def main() -> None:
     results = []
     try:
         with TansuBroker() as broker:
-            for trigger in (float(t) for t in args.triggers.split(",")):
-                results.append(
-                    run_trigger(workdir, broker.bootstrap, args.partitions, trigger, args)
-                )
+            for pipeline in args.pipelines.split(","):
+                for trigger in (float(t) for t in args.triggers.split(",")):
+                    results.append(
+                        run_trigger(
+                            workdir,
+                            broker.bootstrap,
+                            args.partitions,
+                            trigger,
+                            args.rate,
+                            args.seconds,
+                            pipeline,
+                        )
+                    )
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
     print(f"# load average after: {load_average()}")
+    print(f"RESULT {print_latencies(results)}")
+
+
+TARGET_OVER_TRIGGER = 1.0  # issue 38: ingest's p99 at most the trigger + 1 s
+
+
+def print_latencies(results: list[dict[str, Any]]) -> str:
+    """Prints the table of ``run_trigger`` results; returns their RESULT figures:
+    ``p99_<t>s`` (ours), ``ss_p99_<t>s``, ``met`` (ours within the target, and below
+    Structured Streaming's p99 at the same trigger when it ran) and ``exact``."""
     print()
     print(
-        f"{'trigger':>8} {'records':>8} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'target':>7} "
-        f"{'met':>4} {'batches':>8} {'batch s':>8} {'CPU s':>7} {'RSS GiB':>8} exact"
+        f"{'pipeline':9} {'trigger':>8} {'records':>8} {'p50 s':>7} {'p99 s':>7} {'max s':>7} "
+        f"{'target':>7} {'met':>4} {'batches':>8} {'CPU s':>7} {'RSS GiB':>8} exact"
     )
     met = True
+    ss_p99 = {r["trigger"]: r["p99"] for r in results if r["pipeline"] == "ss"}
     for r in results:
-        target = r["trigger"] + 2
-        ok = r["p99"] <= target
-        met = met and ok
+        ours = r["pipeline"] == "ours"
+        target = r["trigger"] + TARGET_OVER_TRIGGER
+        ok = r["p99"] <= target and r["p99"] < ss_p99.get(r["trigger"], float("inf"))
+        if ours:
+            met = met and ok
         print(
-            f"{r['trigger']:7g}s {r['records']:8} {r['p50']:7.2f} {r['p99']:7.2f} {r['max']:7.2f} "
-            f"{target:6g}s {'yes' if ok else 'no':>4} {r['batches']:8} {r['batch_seconds']:8.1f} "
-            f"{r['cpu']:7.1f} {gib(r['rss']):8.2f} {r['problem'] or 'yes'}"
+            f"{r['pipeline']:9} {r['trigger']:7g}s {r['records']:8} {r['p50']:7.2f} "
+            f"{r['p99']:7.2f} {r['max']:7.2f} "
+            + (f"{target:6g}s {'yes' if ok else 'no':>4} " if ours else f"{'':7} {'':4} ")
+            + f"{r['batches']:8} {r['cpu']:7.1f} {gib(r['rss']):8.2f} {r['problem'] or 'yes'}"
         )
     exact = all(r["problem"] is None for r in results)
-    figures = " ".join(f"p99_{r['trigger']:g}s={r['p99']:.2f}" for r in results)
-    print(f"RESULT {figures} met={str(met).lower()} exact={str(exact).lower()}")
+    figures = [
+        f"{'' if r['pipeline'] == 'ours' else 'ss_'}p99_{r['trigger']:g}s={r['p99']:.2f}"
+        for r in results
+    ]
+    return " ".join([*figures, f"met={str(met).lower()}", f"exact={str(exact).lower()}"])
 
 
 if __name__ == "__main__":
