@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -27,6 +28,12 @@ from importlib.metadata import version
 from typing import Any
 
 from ingest.errors import ConfigError, IngestError
+
+# numpy (which pyarrow imports) starts OpenBLAS's thread pool at import, and its threads
+# spin: 0.1 CPU s in every fresh interpreter of a run (the supervisor, the fork server),
+# measured by scripts/bench/e2e.py --profile. ingest does no linear algebra, and its task
+# processes are one per core already. A user's own setting is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -215,7 +222,17 @@ def _start_fork_server(config: Any) -> None:
     start_fork_server(tasks=_fork_server_tasks(config.spark.engine))
 
 
+def _gc_after_startup() -> None:
+    """The collector back on, with what the start built (modules, the config, the engine)
+    moved out of its reach. ``run`` and ``replay`` start with it off (``gc.disable()``):
+    its full passes over the growing heap of imports cost the supervisor 0.2 CPU s a
+    run (scripts/bench/e2e.py --profile), and those objects live for the whole run."""
+    gc.freeze()
+    gc.enable()
+
+
 def _run(args: argparse.Namespace) -> int:
+    gc.disable()
     with _terminal(args.until_end and not args.print_config) as terminal:
         _start_fork_server_early(args)
         config = _load(args)
@@ -228,12 +245,14 @@ def _run(args: argparse.Namespace) -> int:
 
             engine = group_run(config, until_end=args.until_end, progress=progress)
             engine.lander.leave_jvm_at_exit = True
+            _gc_after_startup()
             with _stop_on_signals(engine):
                 outcome = engine.run()
     return _finish(outcome)
 
 
 def _replay(args: argparse.Namespace) -> int:
+    gc.disable()
     with _terminal(not args.print_config) as terminal:
         _start_fork_server_early(args)
         config = _load(args)
