@@ -1,3 +1,4 @@
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -6,6 +7,11 @@ from ingest.testing import KafkaCluster
 from tests.brokers import BROKERS, server_for
 
 pytest_plugins = ["ingest.testing.pytest_plugin"]
+
+# As the `ingest` command sets for itself (ingest/cli.py): no spinning OpenBLAS threads in
+# the processes the tests start (probes, peers, Spark's Python workers); none does linear
+# algebra.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 @pytest.fixture(params=BROKERS)
