@@ -93,7 +93,8 @@ class TriggerSection:
     max_records: Int = 5_000_000
     """A batch's records at most."""
     max_age: Duration = Duration(30)
-    """A batch lands once its oldest pending record is this old."""
+    """A batch lands about when its oldest pending record is this old: it starts that much
+    earlier by the time the last batches took to land (at most half of max_age)."""
     shutdown_timeout: Duration = Duration(60)
     """On SIGTERM/SIGINT: how long the in-flight and final batches get before giving up."""
     retry_for: Duration = Duration(120)

@@ -35,9 +35,9 @@ from ingest.sink.storage import TableLocation
 
 __all__ = [
     "FOOTER_KEY",
+    "ROW_GROUP_ROWS",
     "DataFile",
     "DataFileWriter",
-    "ROW_GROUP_ROWS",
     "Source",
     "StatsFold",
     "delta_stats",

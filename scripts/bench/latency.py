@@ -120,7 +120,12 @@ def produce_at_rate(
     from confluent_kafka import Producer
 
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "enable.idempotence": False,
+            "queue.buffering.max.messages": 1_000_000,
+        }
     )
     errors: list[str] = []
 
@@ -136,12 +141,17 @@ def produce_at_rate(
         due = int((time.monotonic() - began) * rate) - len(ids)
         for _ in range(max(0, due)):
             now_ms = time.time_ns() // 1_000_000
-            producer.produce(
-                topic,
-                json_value(next_id, now_ms),
-                partition=next_id % partitions,
-                on_delivery=delivered,
-            )
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        json_value(next_id, now_ms),
+                        partition=next_id % partitions,
+                        on_delivery=delivered,
+                    )
+                    break
+                except BufferError:  # librdkafka's queue is full: let it send, then again
+                    producer.poll(0.005)
             ids.append(next_id)
             next_id += 1
         producer.poll(0)
@@ -208,18 +218,23 @@ def run_trigger(
                     raise RuntimeError(f"warm-up records not visible after 300 s; log: {log}")
                 print(f"# {name}: warm after {time.monotonic() - began:.1f}s", flush=True)
                 ids: list[int] = []
-                producer = threading.Thread(
-                    target=lambda: ids.extend(
-                        produce_at_rate(bootstrap, topic, partitions, rate, seconds, 0)
-                    ),
-                    name="producer",
-                )
+                failed: list[BaseException] = []
+
+                def produce() -> None:
+                    try:
+                        ids.extend(produce_at_rate(bootstrap, topic, partitions, rate, seconds, 0))
+                    except BaseException as exc:
+                        failed.append(exc)
+
+                producer = threading.Thread(target=produce, name="producer")
                 producer.start()
                 # Polls while producing, so a row's first sighting is when it became visible.
                 while producer.is_alive():
                     watcher.poll()
                     time.sleep(POLL)
                 producer.join()
+                if failed:
+                    raise RuntimeError(f"the producer failed: {failed[0]!r}") from failed[0]
                 # A pipeline that fell behind gets as long again to catch up: its late
                 # rows' latencies are the figure, not a loss.
                 complete = watcher.wait_for(set(ids), trigger + max(60, seconds), process)

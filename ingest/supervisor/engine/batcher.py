@@ -27,9 +27,26 @@ from ingest.supervisor.engine.batches import BatchThread, Selection, select
 from ingest.supervisor.engine.partitions import PartitionState
 from ingest.supervisor.engine.retries import BatchRetry
 
-__all__ = ["Batcher", "merged", "owner_of"]
+__all__ = ["Batcher", "age_trigger", "merged", "next_cost", "owner_of"]
 
 log = logging.getLogger("ingest.supervisor")
+
+
+def age_trigger(max_age: float, lead: float) -> float:
+    """The age of the oldest pending record at which a batch starts: ``max_age`` less the
+    time the batch is expected to take to land (``lead``), so that it is visible about when
+    its oldest record is ``max_age`` old, not ``max_age`` plus the batch's own time; the
+    lead is at most half of ``max_age`` (batches at most twice as frequent)."""
+    return max_age - min(max(lead, 0.0), max_age / 2)
+
+
+def next_cost(cost: float | None, seconds: float, size: int) -> float:
+    """Seconds a batch byte takes to land, after a batch of ``size`` bytes landed in
+    ``seconds``: the mean of that batch's and the earlier estimate (an exponential moving
+    average, half each). A batch's expected time is this times its bytes: a small first
+    batch (a warm-up) overestimates it, which starts the next one early, not late."""
+    per_byte = seconds / max(size, 1)
+    return per_byte if cost is None else (cost + per_byte) / 2
 
 
 class Batcher:
@@ -57,6 +74,7 @@ class Batcher:
         self.flush = False  # land what is pending at the next chance
         self.on_new_table = on_new_table  # with a {topic} uri: a topic's table, first met
         self.topics_seen: set[str] = set()
+        self.cost: float | None = None  # seconds a byte takes to land (next_cost)
 
     def due(self, states: Mapping[Partition, PartitionState], *, draining: bool) -> bool:
         """Whether a batch should start now: none runs, and something pending is due
@@ -77,12 +95,18 @@ class Batcher:
         trigger = self.trigger
         if self.flush or self.cap.paused or draining:
             return True
-        if sum(p.bytes for p in pending) >= int(trigger.max_bytes):
+        size = sum(p.bytes for p in pending)
+        if size >= int(trigger.max_bytes):
             return True
         if sum(p.records for p in pending) >= int(trigger.max_records):
             return True
         oldest = min(p.oldest() or now for p in pending)
-        return now - oldest >= float(trigger.max_age)
+        lead = (self.cost or 0.0) * size  # what landing the pending bytes would take
+        return now - oldest >= age_trigger(float(trigger.max_age), lead)
+
+    def landed(self, seconds: float, size: int) -> None:
+        """A batch of ``size`` bytes landed in ``seconds`` (``next_cost``)."""
+        self.cost = next_cost(self.cost, seconds, size)
 
     def start(self, states: Mapping[Partition, PartitionState], *, overwrite: bool) -> None:
         """Starts a batch of what is pending, on its own thread."""
