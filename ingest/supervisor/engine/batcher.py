@@ -105,7 +105,9 @@ class Batcher:
         return now - oldest >= age_trigger(float(trigger.max_age), lead)
 
     def landed(self, seconds: float, size: int) -> None:
-        """A batch of ``size`` bytes landed in ``seconds`` (``next_cost``)."""
+        """A batch of ``size`` bytes landed in ``seconds``: failures in a row start over,
+        and the age trigger's cost per byte follows (``next_cost``)."""
+        self.retry.landed()
         self.cost = next_cost(self.cost, seconds, size)
 
     def start(self, states: Mapping[Partition, PartitionState], *, overwrite: bool) -> None:

@@ -387,7 +387,6 @@ class Engine:
             self._batch_landed(batch, result, seconds)
 
     def _batch_landed(self, batch: BatchThread, result: BatchResult, seconds: float) -> None:
-        self.batcher.retry.landed()
         self.batcher.landed(seconds, batch.selection.bytes)
         self.last_table_version = result.table_version
         self.rows_written += result.rows_written
