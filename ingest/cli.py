@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from typing import Any
 
@@ -222,17 +223,36 @@ def _start_fork_server(config: Any) -> None:
     start_fork_server(tasks=_fork_server_tasks(config.spark.engine))
 
 
+def _collector_off_at_start(
+    command: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """``run`` and ``replay`` start with the garbage collector off: its full passes over the
+    growing heap of imports cost the supervisor 0.2 CPU s a run (scripts/bench/e2e.py
+    --profile), and those objects live for the whole run. ``_gc_after_startup`` turns it
+    back on once the engine is built; any other way out (an error, ``--print-config``)
+    turns it on here. (The fork server is a fresh interpreter: workers and task
+    processes, forked from it, have theirs on.)"""
+
+    @functools.wraps(command)
+    def wrapped(args: argparse.Namespace) -> int:
+        gc.disable()
+        try:
+            return command(args)
+        finally:
+            gc.enable()
+
+    return wrapped
+
+
 def _gc_after_startup() -> None:
     """The collector back on, with what the start built (modules, the config, the engine)
-    moved out of its reach. ``run`` and ``replay`` start with it off (``gc.disable()``):
-    its full passes over the growing heap of imports cost the supervisor 0.2 CPU s a
-    run (scripts/bench/e2e.py --profile), and those objects live for the whole run."""
+    moved out of its reach (``_collector_off_at_start``)."""
     gc.freeze()
     gc.enable()
 
 
+@_collector_off_at_start
 def _run(args: argparse.Namespace) -> int:
-    gc.disable()
     with _terminal(args.until_end and not args.print_config) as terminal:
         _start_fork_server_early(args)
         config = _load(args)
@@ -251,8 +271,8 @@ def _run(args: argparse.Namespace) -> int:
     return _finish(outcome)
 
 
+@_collector_off_at_start
 def _replay(args: argparse.Namespace) -> int:
-    gc.disable()
     with _terminal(not args.print_config) as terminal:
         _start_fork_server_early(args)
         config = _load(args)
@@ -272,6 +292,7 @@ def _replay(args: argparse.Namespace) -> int:
                 progress=progress,
             )
             engine.lander.leave_jvm_at_exit = True
+            _gc_after_startup()
             with _stop_on_signals(engine):
                 outcome = engine.run()
     return _finish(outcome)
