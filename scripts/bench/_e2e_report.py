@@ -83,8 +83,8 @@ def result_line(
     avro: Results | None = None,
     latencies: list[dict[str, Any]] | None = None,
 ) -> str:
-    """``RESULT key=value ...``: ratios ours over theirs (above 1: ingest is faster) at the
-    largest 100-byte size, unless the key says otherwise."""
+    """``RESULT key=value ...``: wall time ratios, theirs over ours (above 1: ingest is
+    faster), at the largest 100-byte size unless the key says otherwise."""
     by_size = {size: (label, results) for size, (label, results) in zip(sizes, runs, strict=False)}
     small = [s for s in sizes if s[1] == 100]
     parts: list[str] = []

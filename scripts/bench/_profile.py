@@ -10,6 +10,12 @@ no perf map before 3.12, so time in the interpreter is one stage ("Python code")
 the parser and compiler (modules compiled at start when no bytecode is cached) and the
 garbage collector, which have their own C functions.
 
+Limit: ``perf record -g`` follows frame pointers, and pyarrow's libraries are built without
+them, so a chain through Arrow is often cut short: part of the JSON parse and the Parquet
+write then counts as "Arrow, other" or "other (libc, unknown frames)" (a leaf in Arrow's
+buffers or in libc's memcpy with no caller). Read those stages as mostly the task
+processes' parse and write; ``--call-graph dwarf`` would unwind them, at a far larger cost.
+
 ``perf`` is the Debian package ``linux-perf``; it needs ``kernel.perf_event_paranoid`` at
 most 2 (the default) for a process's own tree.
 """

@@ -239,7 +239,8 @@ def run_size(
         profile_ours(args, here, bootstrap, topic, ends, per)
     floor = None
     if not args.no_floor:
-        floor = _floor.measure(bootstrap, broker.pid, topic, records, value_bytes, here)
+        produced_records = per * args.partitions
+        floor = _floor.measure(bootstrap, broker.pid, topic, produced_records, value_bytes, here)
         print(f"# {label} floor: {floor.describe()}", flush=True)
     return results, floor
 

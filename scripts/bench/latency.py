@@ -240,8 +240,6 @@ def run_trigger(
                 complete = watcher.wait_for(set(ids), trigger + max(60, seconds), process)
             process.send_signal(signal.SIGTERM)
             code = process.wait(120)
-            # Spark's JVM ends on SIGTERM by its own shutdown hook: 143 is its clean exit.
-            code = 0 if pipeline == "ss" and code in (-signal.SIGTERM, 143) else code
         finally:
             if process.poll() is None:
                 process.kill()

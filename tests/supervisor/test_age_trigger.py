@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.supervisor.engine.batcher import age_trigger, next_cost
+from ingest.supervisor.engine.batcher import age_trigger, expected_seconds, next_means
 
 pytestmark = pytest.mark.quick
 
@@ -21,18 +21,21 @@ def test_a_batch_starts_earlier_by_the_lead_but_never_before_half_of_max_age() -
     assert age_trigger(10.0, -1.0) == 10.0  # a clock step back is no lead
 
 
-def test_the_cost_per_byte_follows_the_last_batches() -> None:
-    cost = next_cost(None, 2.0, 100 * MB)
-    assert cost * 100 * MB == pytest.approx(2.0)  # the first batch's own rate
-    cost = next_cost(cost, 1.0, 25 * MB)  # 4 s for 100 MB at this one's rate
-    assert cost * 100 * MB == pytest.approx(3.0)
+def test_the_expected_time_follows_the_last_batches_rate() -> None:
+    assert expected_seconds(None, 100 * MB) == 0.0  # nothing landed yet
+    means = next_means(None, 2.0, 100 * MB)
+    assert expected_seconds(means, 100 * MB) == pytest.approx(2.0)
+    means = next_means(means, 2.0, 50 * MB)  # a slower one: 4 s for 100 MB
+    assert expected_seconds(means, 100 * MB) == pytest.approx(4.0 / 1.5)
     for _ in range(30):  # batches that got faster: the estimate comes down to them
-        cost = next_cost(cost, 1.0, 100 * MB)
-    assert cost * 100 * MB == pytest.approx(1.0, abs=1e-3)
+        means = next_means(means, 1.0, 100 * MB)
+    assert expected_seconds(means, 100 * MB) == pytest.approx(1.0, abs=1e-3)
 
 
-def test_a_small_warm_up_batch_makes_the_next_start_early_not_late() -> None:
-    # 8 records in 0.09 s: at that rate 100 MB would take far longer than max_age, so the
-    # next batch starts at half of max_age, and lands before max_age.
-    cost = next_cost(None, 0.09, 800)
-    assert age_trigger(10.0, cost * 100 * MB) == 5.0
+def test_a_small_warm_up_batch_moves_the_estimate_little() -> None:
+    # 8 records in 0.09 s, then a batch of 100 MB in 2 s: the next 100 MB are expected to
+    # take about what the large batch took, not what 0.09 s per 800 bytes would say.
+    warm = next_means(None, 0.09, 800)
+    assert age_trigger(10.0, expected_seconds(warm, 100 * MB)) == 5.0  # capped, until...
+    means = next_means(warm, 2.0, 100 * MB)
+    assert expected_seconds(means, 100 * MB) == pytest.approx(2.09, abs=0.01)

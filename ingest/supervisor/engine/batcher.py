@@ -27,7 +27,7 @@ from ingest.supervisor.engine.batches import BatchThread, Selection, select
 from ingest.supervisor.engine.partitions import PartitionState
 from ingest.supervisor.engine.retries import BatchRetry
 
-__all__ = ["Batcher", "age_trigger", "merged", "next_cost", "owner_of"]
+__all__ = ["Batcher", "age_trigger", "expected_seconds", "merged", "next_means", "owner_of"]
 
 log = logging.getLogger("ingest.supervisor")
 
@@ -40,13 +40,21 @@ def age_trigger(max_age: float, lead: float) -> float:
     return max_age - min(max(lead, 0.0), max_age / 2)
 
 
-def next_cost(cost: float | None, seconds: float, size: int) -> float:
-    """Seconds a batch byte takes to land, after a batch of ``size`` bytes landed in
-    ``seconds``: the mean of that batch's and the earlier estimate (an exponential moving
-    average, half each). A batch's expected time is this times its bytes: a small first
-    batch (a warm-up) overestimates it, which starts the next one early, not late."""
-    per_byte = seconds / max(size, 1)
-    return per_byte if cost is None else (cost + per_byte) / 2
+def next_means(means: tuple[float, float] | None, seconds: float, size: int) -> tuple[float, float]:
+    """(seconds, bytes) of the last batches, each a moving average (half the batch that
+    landed in ``seconds`` with ``size`` bytes, half the earlier ones)."""
+    if means is None:
+        return seconds, float(size)
+    return (means[0] + seconds) / 2, (means[1] + size) / 2
+
+
+def expected_seconds(means: tuple[float, float] | None, size: int) -> float:
+    """How long ``size`` bytes would take to land at the last batches' rate: their mean
+    seconds over their mean bytes, so a small batch (a warm-up, a trickle) moves the rate
+    little; before any batch, 0."""
+    if means is None or means[1] <= 0:
+        return 0.0
+    return means[0] / means[1] * size
 
 
 class Batcher:
@@ -74,7 +82,7 @@ class Batcher:
         self.flush = False  # land what is pending at the next chance
         self.on_new_table = on_new_table  # with a {topic} uri: a topic's table, first met
         self.topics_seen: set[str] = set()
-        self.cost: float | None = None  # seconds a byte takes to land (next_cost)
+        self.means: tuple[float, float] | None = None  # batches' seconds, bytes (next_means)
 
     def due(self, states: Mapping[Partition, PartitionState], *, draining: bool) -> bool:
         """Whether a batch should start now: none runs, and something pending is due
@@ -101,14 +109,14 @@ class Batcher:
         if sum(p.records for p in pending) >= int(trigger.max_records):
             return True
         oldest = min(p.oldest() or now for p in pending)
-        lead = (self.cost or 0.0) * size  # what landing the pending bytes would take
+        lead = expected_seconds(self.means, size)  # landing what is pending
         return now - oldest >= age_trigger(float(trigger.max_age), lead)
 
     def landed(self, seconds: float, size: int) -> None:
         """A batch of ``size`` bytes landed in ``seconds``: failures in a row start over,
-        and the age trigger's cost per byte follows (``next_cost``)."""
+        and the age trigger's estimate follows (``next_means``)."""
         self.retry.landed()
-        self.cost = next_cost(self.cost, seconds, size)
+        self.means = next_means(self.means, seconds, size)
 
     def start(self, states: Mapping[Partition, PartitionState], *, overwrite: bool) -> None:
         """Starts a batch of what is pending, on its own thread."""
