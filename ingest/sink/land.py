@@ -316,6 +316,7 @@ class _Landing:
                 written.schema,
                 config.merge_keys,
                 deletes=config.deletes,
+                latest_only=not self.checks,
             )
             if keyless is not None:
                 message = f"a merge key is null ({', '.join(config.merge_keys)})"
