@@ -96,19 +96,18 @@ def null_key_rows(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
 
 
 def latest_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """One row per key: the one with the highest offset."""
+    """One row per key: the one with the highest offset (``table`` itself when its keys
+    are distinct; only the keys and offsets are sorted, never the whole rows)."""
     if table.num_rows <= 1:
         return table
-    order = pc.sort_indices(table.column("offset"), sort_keys=[("", "ascending")])
-    ranked = table.take(order)
-    keyed = ranked.select(list(keys)).append_column(
-        "__row", pa.array(np.arange(ranked.num_rows, dtype=np.int64))
+    order = pc.sort_indices(table.column("offset"))
+    keyed = table.select(list(keys)).append_column(
+        "__row", pa.array(np.arange(table.num_rows, dtype=np.int64))
     )
-    last = keyed.group_by(list(keys), use_threads=False).aggregate([("__row", "last")])
-    if last.num_rows == ranked.num_rows:
+    last = keyed.take(order).group_by(list(keys), use_threads=False).aggregate([("__row", "last")])
+    if last.num_rows == table.num_rows:
         return table
-    rows = pc.sort_indices(last.column("__row_last"))
-    return ranked.take(last.column("__row_last").take(rows))
+    return table.take(np.sort(last.column("__row_last").to_numpy()))
 
 
 def upsert_source(
@@ -281,7 +280,9 @@ def refilter_rows(
             pc.less_equal(table.column("offset"), version),
         )
         drop = covered if drop is None else pc.or_(drop, covered)
-    return table if drop is None else table.filter(pc.invert(drop))
+    if drop is None or not pc.any(drop).as_py():
+        return table  # no copy of a batch the txn versions leave whole
+    return table.filter(pc.invert(drop))
 
 
 def upsert(

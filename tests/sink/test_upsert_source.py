@@ -98,3 +98,17 @@ def test_latest_only_of_no_files_and_unknown_keys(tmp_path: Path) -> None:
     assert rows.num_rows == 0 and keyless is None
     with pytest.raises(ConfigError, match="not columns of the batch"):
         upsert_source(location, [], SCHEMA, ["nope"], latest_only=True)
+
+
+def test_latest_per_key_keeps_each_keys_highest_offset(tmp_path: Path) -> None:
+    rows = pq.read_table(tmp_path / _staged(tmp_path, 3)[0].path)
+    rows = rows.filter(rows.column("id").is_valid())
+    expected: dict[int, dict[str, object]] = {}
+    for row in rows.to_pylist():  # the reference: one row a key, by its offset
+        best = expected.get(row["id"])
+        if best is None or row["offset"] > best["offset"]:  # type: ignore[operator]
+            expected[row["id"]] = row
+    got = latest_per_key(rows, ["id"])
+    assert _sorted(got) == _sorted(pa.Table.from_pylist(list(expected.values()), SCHEMA))
+    distinct = pa.Table.from_pylist(list(expected.values()), SCHEMA)
+    assert latest_per_key(distinct, ["id"]) is distinct  # no copy when keys are distinct

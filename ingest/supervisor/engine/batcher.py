@@ -27,7 +27,15 @@ from ingest.supervisor.engine.batches import BatchThread, Selection, select
 from ingest.supervisor.engine.partitions import PartitionState
 from ingest.supervisor.engine.retries import BatchRetry
 
-__all__ = ["Batcher", "age_trigger", "expected_seconds", "merged", "next_means", "owner_of"]
+__all__ = [
+    "Batcher",
+    "age_trigger",
+    "expected_seconds",
+    "merged",
+    "next_means",
+    "owner_of",
+    "record_cap",
+]
 
 log = logging.getLogger("ingest.supervisor")
 
@@ -57,6 +65,16 @@ def expected_seconds(means: tuple[float, float] | None, size: int) -> float:
     return means[0] / means[1] * size
 
 
+def record_cap(trigger: TriggerSection, router: Router) -> int:
+    """A batch's records at most: ``trigger.max_records``, or ``upsert_max_records`` when
+    smaller and a table (the default's or a route's) is in mode "upsert"."""
+    cap = int(trigger.max_records)
+    tables = (router.default, *(table for _, table, _ in router.routes))
+    if any(table.mode == "upsert" for table in tables):
+        cap = min(cap, int(trigger.upsert_max_records))
+    return max(cap, 1)
+
+
 class Batcher:
     """The batch in flight (``running``), the count of batches, and the triggers."""
 
@@ -83,6 +101,7 @@ class Batcher:
         self.on_new_table = on_new_table  # with a {topic} uri: a topic's table, first met
         self.topics_seen: set[str] = set()
         self.means: tuple[float, float] | None = None  # batches' seconds, bytes (next_means)
+        self.max_records = record_cap(trigger, table)
 
     def due(self, states: Mapping[Partition, PartitionState], *, draining: bool) -> bool:
         """Whether a batch should start now: none runs, and something pending is due
@@ -106,7 +125,7 @@ class Batcher:
         size = sum(p.bytes for p in pending)
         if size >= int(trigger.max_bytes):
             return True
-        if sum(p.records for p in pending) >= int(trigger.max_records):
+        if sum(p.records for p in pending) >= self.max_records:
             return True
         oldest = min(p.oldest() or now for p in pending)
         lead = expected_seconds(self.means, size)  # landing what is pending
@@ -126,7 +145,7 @@ class Batcher:
         selection = select(
             {p: s.pending for p, s in states.items() if len(s.pending)},
             max_bytes=max(int(trigger.max_bytes), 1),
-            max_records=max(int(trigger.max_records), 1),
+            max_records=self.max_records,
         )
         self.flush = False
         batches = [
