@@ -23,7 +23,10 @@ What a test does with a host (a ``Host``):
   ``ingest.testing`` servers take a host and prefix their own command with it;
 * ``host.call(fn, ...)``: runs ``fn`` on a thread of this process moved into the host's
   namespace (``setns``), so a Kafka client, ``create_topic`` or ``verify_exact`` reaches
-  the hosts' addresses (threads a library starts from there, librdkafka's, inherit it);
+  the hosts' addresses (threads a library starts from there, librdkafka's, inherit it;
+  so a process-wide pool a library starts lazily, pyarrow's I/O threads under its S3
+  filesystem, would stay in the host for the rest of the process: run those in a
+  process of their own, ``host.argv``);
 * ``host.cut()`` and ``host.restore()``: its link down and up again, as a pulled cable
   (packets are dropped; sockets stay open on both sides).
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ingest.embedded.seaweedfs import S3Server
+from ingest.embedded.seaweedfs import REGION, S3Server
 from ingest.testing.netns import HostNetwork, remove_stale, unavailable
 
 REASON = unavailable()
@@ -122,23 +122,40 @@ def test_without_the_capabilities_hosts_are_unavailable_with_the_reason() -> Non
     assert "ip netns add failed" in done.stdout and "not permitted" in done.stdout
 
 
+# Put and get through pyarrow's S3 filesystem, in a process of its own: pyarrow's I/O
+# threads are process-wide and started lazily, so started from a thread moved into a host
+# (``Host.call``) they would stay there and every later S3 call of this process, from
+# any thread, would go out of that host (tests/harness/test_s3_and_spark.py then failed).
+_PUT_AND_GET = """
+import os, sys
+from pyarrow import fs
+s3 = fs.S3FileSystem(endpoint_override=sys.argv[1], scheme="http", region=sys.argv[2])
+with s3.open_output_stream(sys.argv[3]) as out:
+    out.write(b"across hosts")
+with s3.open_input_stream(sys.argv[3]) as back:
+    sys.stdout.write(back.read().decode())
+"""
+
+
 def test_seaweedfs_on_a_host_serves_the_others_until_cut() -> None:
     with HostNetwork(["s3", "client"]) as network:
         server = S3Server(on=network["s3"]).start()
         try:
             assert server.host == network["s3"].address
-
-            def put_and_get() -> bytes:
-                fs = server.filesystem()
-                with fs.open_output_stream(f"{server.bucket}/hello.txt") as out:
-                    out.write(b"across hosts")
-                with fs.open_input_stream(f"{server.bucket}/hello.txt") as back:
-                    return bytes(back.read())
-
-            client = network["client"]
-            assert client.call(put_and_get) == b"across hosts"
+            env = {
+                **os.environ,
+                "AWS_ACCESS_KEY_ID": server.access_key,  # in the environment, not argv
+                "AWS_SECRET_ACCESS_KEY": server.secret_key,
+            }
+            argv = [sys.executable, "-c", _PUT_AND_GET, f"{server.host}:{server.port}"]
+            argv += [REGION, f"{server.bucket}/hello.txt"]
+            done = subprocess.run(
+                network["client"].argv(argv), env=env, capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stdout == "across hosts"
             network["s3"].cut()
-            assert client.call(_ask_port, server.host, server.port) == "TimeoutError"
+            assert network["client"].call(_ask_port, server.host, server.port) == "TimeoutError"
         finally:
             network["s3"].restore()
             server.cleanup()
