@@ -93,10 +93,11 @@ class TriggerSection:
     max_records: Int = 5_000_000
     """A batch's records at most."""
     upsert_max_records: Int = 1_000_000
-    """...and at most this many when a table is in mode "upsert": delta-rs's MERGE holds the
-    batch's changes (each key's last) in a hash table, about 0.3 KB a change beside the rows, so
-    this bounds an upsert run's memory whatever the keys (issue 38: 50M changes over 5M keys
-    in 1 GiB batches peaked at 6.2 GiB, in batches of 1M at 3.2 GiB with the handoff full)."""
+    """...and at most this many when any table of the run is in mode "upsert" (its append tables'
+    batches too): delta-rs's MERGE holds a batch's changes (each key's last) in memory, so this
+    bounds the MERGE's source, not the run's memory. A batch can pass it by one segment. 50M
+    changes over 5M keys peaked at 6.2 GiB RSS in 1 GiB batches, 3.2 GiB in batches of 1M,
+    30% slower (docs/benchmarks.md)."""
     max_age: Duration = Duration(30)
     """A batch lands about when its oldest pending record is this old: it starts that much
     earlier by the time the last batches took to land (at most half of max_age)."""

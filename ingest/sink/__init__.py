@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ingest.sink.files import DataFile, Source, write_data_files
     from ingest.sink.land import Landing
     from ingest.sink.maintenance.rewrite import StaleBatchError
-    from ingest.sink.merge import upsert
+    from ingest.sink.merging.merge import upsert
     from ingest.sink.storage import TableLocation
     from ingest.sink.table_config import TableConfig
     from ingest.sink.txn import app_id
@@ -52,7 +52,7 @@ _EXPORTS = {
     "TableConfig": "ingest.sink.table_config",
     "TableLocation": "ingest.sink.storage",
     "app_id": "ingest.sink.txn",
-    "upsert": "ingest.sink.merge",
+    "upsert": "ingest.sink.merging.merge",
     "write_data_files": "ingest.sink.files",
 }
 

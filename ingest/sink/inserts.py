@@ -38,7 +38,7 @@ from deltalake import DeltaTable
 
 from ingest.errors import SinkError
 from ingest.sink.delta import CommitOutcome, DeltaTarget
-from ingest.sink.merge import merge_per_partition
+from ingest.sink.merging.merge import merge_per_partition
 from ingest.sink.txn import MergeClauses, TableCommitter
 
 __all__ = ["checks_of", "insert"]

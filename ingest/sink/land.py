@@ -79,7 +79,8 @@ from ingest.sink.delta import CommitOutcome, DeltaTarget
 from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.inserts import checks_of, insert
 from ingest.sink.maintenance.rewrite import StaleBatchError
-from ingest.sink.merge import upsert, upsert_source
+from ingest.sink.merging.merge import upsert
+from ingest.sink.merging.staged import upsert_source
 from ingest.sink.metadata.evolution import mapping_of
 from ingest.sink.metadata.features import check_table, rows_through_delta_spark
 from ingest.sink.metadata.mapping import ColumnMapping

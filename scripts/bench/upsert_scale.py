@@ -68,7 +68,7 @@ from _pipeline import ROOT, TreeSampler
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import DataFile, write_data_files
 from ingest.sink.land import STAGING
-from ingest.sink.merge import UPDATE_WHEN, merge_predicate
+from ingest.sink.merging.merge import UPDATE_WHEN, merge_predicate
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import REWRITE_GUARD, app_id, or_minus_one
 
@@ -238,7 +238,8 @@ def staged_files(meta: dict[str, Any]) -> list[DataFile]:
 
 def run_deltars(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """(a): what ``land`` does for an upsert from the staged files on."""
-    from ingest.sink.merge import upsert, upsert_source
+    from ingest.sink.merging.merge import upsert
+    from ingest.sink.merging.staged import upsert_source
 
     apps = {int(p): a for p, a in meta["apps"].items()}
     location = TableLocation.of(meta["table_uri"])

@@ -179,7 +179,7 @@ def test_deletes_across_batches_and_an_older_delete_never_removes_a_newer_row(
     # Another group lands only the older offsets after the newer ones are in: its delete
     # of key 1 (an offset below the re-creation's) leaves the row, and its txn versions
     # are committed with the merge. (Its older values of keys deleted since come back:
-    # a deleted row leaves nothing to compare with; ingest.sink.merge's docstring.)
+    # a deleted row leaves nothing to compare with; ingest.sink.merging.merge's docstring.)
     other = dataclasses.replace(cfg, group="g2")
     replayed = run_batch(spark, Batch(other, old))
     assert replayed.table_version == version + 1

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.errors import ConfigError
+from ingest.errors import ConfigError, SinkError
 from ingest.sink.files import DataFile
-from ingest.sink.merge import latest_per_key, refilter_rows, upsert_source
+from ingest.sink.merging.merge import latest_per_key, refilter_rows
+from ingest.sink.merging.staged import upsert_source
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN
 
@@ -104,11 +105,56 @@ def test_latest_per_key_keeps_each_keys_highest_offset(tmp_path: Path) -> None:
     rows = pq.read_table(tmp_path / _staged(tmp_path, 3)[0].path)
     rows = rows.filter(rows.column("id").is_valid())
     expected: dict[int, dict[str, object]] = {}
-    for row in rows.to_pylist():  # the reference: one row a key, by its offset
+    for row in rows.to_pylist():  # the reference: one row a key, by its offset, the later of a tie
         best = expected.get(row["id"])
-        if best is None or row["offset"] > best["offset"]:  # type: ignore[operator]
+        if best is None or row["offset"] >= best["offset"]:  # type: ignore[operator]
             expected[row["id"]] = row
     got = latest_per_key(rows, ["id"])
     assert _sorted(got) == _sorted(pa.Table.from_pylist(list(expected.values()), SCHEMA))
     distinct = pa.Table.from_pylist(list(expected.values()), SCHEMA)
     assert latest_per_key(distinct, ["id"]) is distinct  # no copy when keys are distinct
+
+
+@pytest.mark.parametrize("latest_only", [False, True])
+def test_files_of_one_batch_may_differ_in_their_columns(tmp_path: Path, latest_only: bool) -> None:
+    """A task whose writer's schema added a column writes it, the batch's other files lack
+    it (the batch's schema is the union): their rows read back with nulls there; a file
+    without a merge key column gives dead letters."""
+    files = _staged(tmp_path, 4, files=2, rows=100)
+    schema = SCHEMA.append(pa.field("extra", pa.string()))
+    later = pa.table(
+        {
+            "topic": ["a", "a"],
+            "partition": pa.array([0, 0], pa.int32()),
+            "offset": [10**6, 10**6 + 1],
+            "id": [7, 8],
+            "region": ["eu", "eu"],
+            "value": ["x", "y"],
+            DELETE_COLUMN: [False, False],
+            "extra": ["e7", "e8"],
+        },
+        schema=schema,
+    )
+    pq.write_table(later, tmp_path / "_staging/extra.parquet")
+    pq.write_table(later.drop_columns(["id"]), tmp_path / "_staging/keyless.parquet")
+    files += [
+        DataFile("_staging/extra.parquet", 0, (), 2, "", (), 0),
+        DataFile("_staging/keyless.parquet", 0, (), 2, "", (), 0),
+    ]
+    location = TableLocation.of(str(tmp_path))
+    rows, keyless = upsert_source(
+        location, files, schema, ["id"], deletes=True, latest_only=latest_only
+    )
+    assert rows.schema == schema
+    by_id = {r["id"]: r for r in latest_per_key(rows, ["id"]).to_pylist()}
+    assert by_id[7]["extra"] == "e7" and by_id[8]["value"] == "y"  # the later file's
+    assert {r["extra"] for i, r in by_id.items() if i not in (7, 8)} == {None}
+    assert keyless is not None and keyless.schema == schema
+    assert [r["extra"] for r in keyless.to_pylist() if r["extra"]] == ["e7", "e8"]
+
+
+def test_rows_without_their_kafka_columns_are_refused(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path))
+    schema = SCHEMA.remove(SCHEMA.get_field_index("offset"))
+    with pytest.raises(SinkError, match="lack the columns"):
+        upsert_source(location, [], schema, ["id"], latest_only=True)

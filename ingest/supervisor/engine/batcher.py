@@ -69,8 +69,7 @@ def record_cap(trigger: TriggerSection, router: Router) -> int:
     """A batch's records at most: ``trigger.max_records``, or ``upsert_max_records`` when
     smaller and a table (the default's or a route's) is in mode "upsert"."""
     cap = int(trigger.max_records)
-    tables = (router.default, *(table for _, table, _ in router.routes))
-    if any(table.mode == "upsert" for table in tables):
+    if any(table.mode == "upsert" for table in router.tables()):
         cap = min(cap, int(trigger.upsert_max_records))
     return max(cap, 1)
 

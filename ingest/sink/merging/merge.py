@@ -29,17 +29,16 @@ re-read the txn versions, re-filter and merge again. Files written by a merge
 that lost its race are left for VACUUM (delta-rs does not name them).
 
 A batch's rows reach the merge as data files staged inside the table's location
-(``land.py``): ``upsert_source`` reads them back, keeping only each key's last
-change in each partition when the table has no checks, and splits off the rows
-whose merge key is null, which become dead letters.
+(``land.py``): ``staged.upsert_source`` reads them back, keeping only each key's
+last change in each partition when the table has no checks, and splits off the
+rows whose merge key is null, which become dead letters.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -47,11 +46,9 @@ import pyarrow.compute as pc
 from deltalake import Schema
 from deltalake.exceptions import CommitFailedError, DeltaError
 
-from ingest.errors import ConfigError, SinkError
+from ingest.errors import SinkError
 from ingest.sink.delta import CommitOutcome, DeltaTarget
-from ingest.sink.files import DataFile
 from ingest.sink.metadata.evolution import evolve, nullable_schema, schema_changes
-from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN
 from ingest.sink.txn import (
     MergeClauses,
@@ -65,10 +62,8 @@ __all__ = [
     "latest_per_key",
     "merge_per_partition",
     "merge_predicate",
-    "null_key_rows",
     "refilter_rows",
     "upsert",
-    "upsert_source",
 ]
 
 log = logging.getLogger("ingest.sink")
@@ -85,16 +80,6 @@ def merge_predicate(keys: Sequence[str]) -> str:
     return " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
 
 
-def null_key_rows(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """Mask of rows with a null merge key (they cannot be upserted)."""
-    mask = np.zeros(table.num_rows, bool)
-    for key in keys:
-        column = table.column(key)
-        if column.null_count:
-            mask |= column.is_null().to_numpy(zero_copy_only=False)
-    return mask
-
-
 def latest_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     """One row per key: the one with the highest offset (``table`` itself when its keys
     are distinct; only the keys and offsets are sorted, never the whole rows)."""
@@ -108,154 +93,6 @@ def latest_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     if last.num_rows == table.num_rows:
         return table
     return table.take(np.sort(last.column("__row_last").to_numpy()))
-
-
-def upsert_source(
-    location: TableLocation,
-    files: Sequence[DataFile],
-    schema: pa.Schema,
-    merge_keys: Sequence[str],
-    *,
-    deletes: bool = False,
-    latest_only: bool = False,
-) -> tuple[pa.Table, pa.Table | None]:
-    """A batch's staged rows to merge (its data files, read back as ``schema``), and
-    those without a merge key (None: none). With ``deletes`` the rows must carry
-    ``DELETE_COLUMN`` (a null there is a false).
-
-    With ``latest_only`` (and merge keys) only the last change of each key in each
-    partition comes back, the one ``upsert`` would keep of them whatever the txn
-    versions (a partition's txn version covers a prefix of its offsets), and the files
-    are read twice, in record batches: first their keys and offsets, then the winning
-    rows. So the batch is never whole in memory (issue 38: 5M changes over 500k keys
-    peaked at 2.7 GiB read whole). A table with checks leaves it off: every change must
-    be checked, lest a failing last change hide an earlier one that passes."""
-    missing = [k for k in merge_keys if k not in schema.names]
-    if missing:
-        raise ConfigError(
-            f"merge keys {missing} are not columns of the batch", key="table.merge_keys"
-        )
-    if deletes and DELETE_COLUMN not in schema.names:
-        raise ConfigError(
-            f"the rows lack {DELETE_COLUMN}, which marks the rows that delete",
-            key="table.transform",
-        )
-    if not files:
-        rows, keyless = schema.empty_table(), None
-    elif latest_only and merge_keys:
-        rows, keyless = _latest_rows(location, files, schema, merge_keys)
-    else:
-        rows = _staged(location, files).to_table().cast(schema)
-        mask = null_key_rows(rows, merge_keys)
-        keyless = rows.filter(pa.array(mask)) if mask.any() else None
-        if keyless is not None:
-            rows = rows.filter(pa.array(~mask))
-    return _deletes_false(rows), None if keyless is None else _deletes_false(keyless)
-
-
-def _staged(location: TableLocation, files: Sequence[DataFile]) -> Any:
-    """The staged files as a pyarrow dataset."""
-    # Here, not at the top: pyarrow.dataset imports pandas (0.2 s), which an append
-    # run's supervisor, importing this module through land.py, never needs.
-    import pyarrow.dataset as pads
-
-    filesystem, root = location.filesystem()
-    return pads.dataset(
-        [f"{root}/{f.path}" for f in files], format="parquet", filesystem=filesystem
-    )
-
-
-def _deletes_false(rows: pa.Table) -> pa.Table:
-    """``rows`` with the nulls of ``DELETE_COLUMN`` (if any) made false."""
-    if DELETE_COLUMN in rows.column_names and rows.column(DELETE_COLUMN).null_count:
-        index = rows.schema.get_field_index(DELETE_COLUMN)
-        rows = rows.set_column(
-            index, DELETE_COLUMN, pc.fill_null(rows.column(DELETE_COLUMN), False)
-        )
-    return rows
-
-
-def _latest_rows(
-    location: TableLocation, files: Sequence[DataFile], schema: pa.Schema, keys: Sequence[str]
-) -> tuple[pa.Table, pa.Table | None]:
-    """``upsert_source``'s ``latest_only`` read: the rows that are the highest offset of
-    their key in their topic partition, and the rows without a key (None: none)."""
-    narrow: list[pa.RecordBatch] = []
-    topics: dict[str, int] = {}
-    count = 0
-    for batch in _batches(location, files, [*keys, "topic", "partition", "offset"]):
-        for topic in pc.unique(batch.column("topic")).to_pylist():
-            topics.setdefault(topic, len(topics))
-        # A topic partition as one number, so the narrow rows hold no strings.
-        topic_ids = pc.index_in(batch.column("topic"), value_set=pa.array(list(topics)))
-        where = pc.add(
-            pc.multiply(topic_ids.cast(pa.int64()), 1 << 32),
-            batch.column("partition").cast(pa.int64()),
-        )
-        narrow.append(
-            pa.record_batch(
-                [
-                    *(batch.column(k) for k in keys),
-                    where,
-                    batch.column("offset"),
-                    pa.array(np.arange(count, count + batch.num_rows, dtype=np.int64)),
-                ],
-                names=[*keys, "__where", "offset", "__row"],
-            )
-        )
-        count += batch.num_rows
-    table = pa.Table.from_batches(narrow) if narrow else None
-    del narrow
-    keep = np.zeros(count, bool)
-    keyless = np.zeros(count, bool)
-    if table is not None:
-        keyless = null_key_rows(table, keys)
-        if keyless.any():
-            table = table.filter(pa.array(~keyless))
-        order = pc.sort_indices(table.column("offset"))
-        table = table.drop_columns(["offset"]).take(order)
-        del order
-        last = table.group_by([*keys, "__where"], use_threads=False).aggregate([("__row", "last")])
-        del table
-        keep[last.column("__row_last").to_numpy()] = True
-        del last
-    pa.default_memory_pool().release_unused()  # before the merge, whose peak follows
-    kept: list[pa.Table] = []
-    dropped: list[pa.Table] = []
-    start = 0
-    for batch in _batches(location, files, None):
-        end = start + batch.num_rows
-        if keep[start:end].any():
-            kept.append(pa.Table.from_batches([batch.filter(keep[start:end])]).cast(schema))
-        if keyless[start:end].any():
-            dropped.append(pa.Table.from_batches([batch.filter(keyless[start:end])]).cast(schema))
-        start = end
-    if start != count:
-        raise SinkError(f"the staged files changed while read: {count} rows, then {start}")
-    rows = pa.concat_tables(kept) if kept else schema.empty_table()
-    return rows, pa.concat_tables(dropped) if dropped else None
-
-
-# Rows per record batch of a streamed read of staged files, and the read buffer: what
-# memory a read of a file holds beside its output, whatever the size of its row groups.
-STREAM_BATCH_ROWS = 65_536
-STREAM_BUFFER = 1024**2
-
-
-def _batches(
-    location: TableLocation, files: Sequence[DataFile], columns: list[str] | None
-) -> Iterator[pa.RecordBatch]:
-    """The staged files' rows, in order, a record batch at a time (``columns``: those
-    alone), without decoding a whole row group at once."""
-    import pyarrow.parquet as pq
-
-    filesystem, root = location.filesystem()
-    for file in files:
-        with filesystem.open_input_file(f"{root}/{file.path}") as source:
-            reader = pq.ParquetFile(source, pre_buffer=False, buffer_size=STREAM_BUFFER)
-            yield from reader.iter_batches(
-                batch_size=STREAM_BATCH_ROWS, columns=columns, use_threads=True
-            )
 
 
 def refilter_rows(
