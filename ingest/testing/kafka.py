@@ -92,10 +92,48 @@ def create_topic(
     while time.monotonic() < deadline:
         meta = admin.list_topics(name, timeout=5)
         topic = meta.topics.get(name)
-        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+        if (
+            topic is not None
+            and topic.error is None
+            and len(topic.partitions) == partitions
+            and _every_broker_shows(
+                [(broker.host, broker.port) for broker in meta.brokers.values()], name, partitions
+            )
+        ):
             return name
         time.sleep(0.05)
     raise HarnessError(f"topic {name!r} did not show {partitions} partitions within {timeout}s")
+
+
+def _every_broker_shows(brokers: Sequence[tuple[str, int]], name: str, partitions: int) -> bool:
+    """Whether each broker's own metadata shows the topic's partitions, each with a
+    leader. A broker learns of a new topic from the controller's metadata log a little
+    after the others: a client that asks that broker first (librdkafka picks any) would
+    find the topic without partitions, so one broker's answer is not enough on a
+    cluster."""
+    from ingest.client import BrokerConnection, ClientConfig
+    from ingest.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
+
+    for host, port in brokers:
+        config = ClientConfig(bootstrap_servers=f"{host}:{port}", request_timeout=5.0)
+        with BrokerConnection(host, port, config) as connection:
+            connection.connect(within=5.0)
+            request = MetadataRequest(
+                topics=(MetadataRequestTopic(name=name),), allow_auto_topic_creation=False
+            )
+            version = connection.version_for(MetadataRequest.api_key)
+            response = connection.request(request, version=version)
+        assert isinstance(response, MetadataResponse)
+        shown = [
+            partition
+            for topic in response.topics
+            if topic.name == name and topic.error_code == 0
+            for partition in topic.partitions
+            if partition.error_code == 0 and partition.leader_id >= 0
+        ]
+        if len(shown) != partitions:
+            return False
+    return True
 
 
 def delete_topic(bootstrap: str, name: str, *, timeout: float = 15.0) -> None:
