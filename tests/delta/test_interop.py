@@ -548,11 +548,6 @@ def test_delta_spark_commits_to_s3_need_a_log_store_that_excludes_a_second_write
 
 REFUSED = {
     "appendOnly": ("upsert", "id BIGINT, v STRING", "TBLPROPERTIES ('delta.appendOnly' = 'true')"),
-    "typeWidening": (
-        "append",
-        "id BIGINT, v STRING",
-        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
-    ),
 }
 
 

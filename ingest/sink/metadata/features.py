@@ -27,7 +27,7 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
   refused (delta-rs only fails its commits over and over).
 - timestampNtz: written by delta-rs and by our pyarrow files alike (``timestamp[us]``).
 - row tracking, domain metadata, clustering, in-commit timestamps, vacuumProtocolCheck,
-  VARIANT columns and v2 checkpoints: delta-rs 1.6.6 refuses to write to such a table (or, for v2
+  VARIANT columns, type widening and v2 checkpoints: delta-rs 1.6.6 refuses to write to such a table (or, for v2
   checkpoints, writes classic checkpoints). ingest appends to it by committing its
   files and txn actions through Delta Spark's own transaction in the driver JVM
   (``FeatureRule.delta_spark``; ``through_delta_spark`` names a table's such features),
@@ -300,9 +300,13 @@ FEATURES: Mapping[str, FeatureRule] = {
         upsert=False,
         compact=False,
         overwrite=False,
-        why="delta-rs 1.6.6 neither reads such a table (reader feature not supported) nor "
-        "writes to it ('Unsupported table features required: [TypeWidening]', upstream limit)",
-        test=_INTEROP + "test_refusals_name_the_feature",
+        why="a column's type was widened (its older files hold the narrower type): delta-rs "
+        "1.6.6 loads such a table's log but refuses to write to it ('Unsupported table "
+        "features required: [TypeWidening]') and its pyarrow reads refuse the reader feature "
+        "(upstream limits); compaction and an overwrite's cut would read the old files "
+        "through them" + _THROUGH_SPARK,
+        test="tests/delta/test_type_widening.py::test_type_widening",
+        delta_spark=("append", "upsert"),
     ),
 }
 
