@@ -67,7 +67,7 @@ def test_the_issue_example_message() -> None:
         (
             '[[route]]\ntopics = "e.*"\nbogus = 1',
             "conf/x.toml: route[0].bogus: unknown key (known here: field, header, key, "
-            "matches, merge_keys, mode, partition_by, properties, tombstones, topics, uri, value)",
+            "matches, merge_keys, mode, name, partition_by, properties, tombstones, topics, uri, value)",
         ),
         ('[handoff]\nmode = "files"', 'handoff.root: mode "files" needs a root'),
         (
@@ -454,8 +454,19 @@ def test_a_full_vacuum_refuses_a_dead_letter_table_inside_the_table() -> None:
         (
             'name = "lake.events"',
             '[[route]]\ntopics = "x"',
-            "route[0].uri: with table.name a route names its own table's uri",
+            "route[0].uri: with table.name a route names its own table: set its uri or its name",
         ),
+        (
+            'uri = "/lake/t"',
+            '[[route]]\ntopics = "x"\nname = "lake.x"\n[spark]\nengine = "local"',
+            "spark.engine: a table by name (table.name, or a route's name)",
+        ),
+        (
+            'uri = "/lake/t"',
+            '[[route]]\ntopics = "x"\nname = "lake.{topic}"\nuri = "/lake/x"',
+            "route[0].name: {topic} in route[0].name needs it in route[0].uri too",
+        ),
+        ('uri = "/lake/t"', '[[route]]\ntopics = "x"\nname = "a-b"', "route[0].name: expected"),
         ('name = "lake.{topic}"\nuri = "/lake/t"', "", "{topic} in table.name needs it"),
         ('name = "{topic}.t"', "", "table.name: expected a table name"),
         ('name = "lake.{topic}.t"', "", "table.name: expected a table name"),
@@ -477,3 +488,23 @@ def test_a_table_by_name_loads_without_a_uri_and_resolves_later() -> None:
     assert (config.table.name, config.table.uri) == ("lake.{topic}", None)
     with pytest.raises(ConfigError, match="not resolved through the catalog yet"):
         config.table_uri()
+
+
+def test_a_route_by_name_loads_without_a_uri_and_resolves_later() -> None:
+    from ingest.supervisor.wiring import table_router
+
+    text = MINIMAL + '\n[[route]]\ntopics = "orders"\nname = "lake.orders"\n'
+    config = _parse(text)
+    assert config.names_tables() and not _parse(MINIMAL).names_tables()
+    assert (config.route[0].name, config.route[0].uri) == ("lake.orders", None)
+    with pytest.raises(ConfigError, match=r"route 'lake\.orders' is not resolved"):
+        table_router(config)
+    resolved = dataclasses.replace(
+        config, route=[dataclasses.replace(config.route[0], uri="/lake/orders")]
+    )
+    table = table_router(resolved).for_topic("orders")
+    assert (table.uri, table.name) == ("/lake/orders", "lake.orders")
+    assert (table.dead_letters, table.dead_letter_name) == (
+        "/lake/orders_dead_letters",
+        "lake.orders_dead_letters",
+    )

@@ -226,27 +226,34 @@ def _problems(config: IngestConfig) -> Iterator[tuple[str, str]]:
 
 
 def _names(config: IngestConfig) -> Iterator[tuple[str, str]]:
-    """``table.name`` against ``table.uri``, the engine and routes."""
+    """``table.name`` and each route's ``name`` against their ``uri``, the engine and
+    routes."""
     table = config.table
     if table.uri is None and table.name is None:
         yield "table.uri", "set the Delta table's uri, or its name in Spark's catalog (table.name)"
-    if table.name is None:
-        return
-    placeholder = ("{topic}" in table.name, table.uri is not None and "{topic}" in table.uri)
-    if table.uri is not None and placeholder[0] != placeholder[1]:
-        yield "table.name", "{topic} in table.name needs it in table.uri too, and the reverse"
-    if config.spark.engine == "local":
+    named = [("table", table.name, table.uri)]
+    named += [(f"route[{i}]", r.name, r.uri) for i, r in enumerate(config.route)]
+    for where, name, uri in named:
+        if name is None:
+            continue
+        if uri is not None and ("{topic}" in name) != ("{topic}" in uri):
+            yield (
+                f"{where}.name",
+                f"{{topic}} in {where}.name needs it in {where}.uri too, and the reverse",
+            )
+    if config.names_tables() and config.spark.engine == "local":
         yield (
             "spark.engine",
-            "a table by name (table.name) is resolved and created through Spark's catalog: set "
-            'engine "auto" or "spark"',
+            "a table by name (table.name, or a route's name) is resolved and created through "
+            'Spark\'s catalog: set engine "auto" or "spark"',
         )
+    if table.name is None:
+        return
     for index, route in enumerate(config.route):
-        if route.uri is None:
+        if route.uri is None and route.name is None:
             yield (
                 f"route[{index}].uri",
-                "with table.name a route names its own table's uri (routes to tables by name "
-                "are not supported)",
+                "with table.name a route names its own table: set its uri or its name",
             )
 
 

@@ -296,7 +296,12 @@ class RouteSection:
     """With header or field: a regular expression the whole value matches, e.g. "order(ed|_paid)".
     The records of a topic the route does not take go to the next route that matches."""
     uri: DeltaUri | None = None
-    """Its Delta table ({topic} allowed); default table.uri."""
+    """Its Delta table ({topic} allowed); default table.uri. With name: where a new table goes
+    (an external table); unset, the catalog's place for it."""
+    name: TableName | None = None
+    """Its table's name in Spark's catalog (e.g. "db.orders" or "raw.{topic}"), resolved and
+    created as table.name's (docs/delta-compat.md#tables-by-name); its dead letters are
+    <name>_dead_letters unless [dead_letter].uri is set."""
     mode: Literal["append", "upsert"] | None = None
     """table.mode."""
     merge_keys: list[Str] | None = None
@@ -356,6 +361,11 @@ class IngestConfig:
         for option in self.table.storage_options_env:
             options[option] = self.secrets[f"table.storage_options_env.{option}"].reveal()
         return options
+
+    def names_tables(self) -> bool:
+        """Whether a table is named in Spark's catalog (``table.name`` or a route's
+        ``name``): the Spark engine resolves and creates it."""
+        return self.table.name is not None or any(r.name is not None for r in self.route)
 
     def table_uri(self) -> str:
         """The table's URI: ``table.uri``, or the catalog's location of ``table.name``

@@ -64,10 +64,10 @@ def choose_engine(
 def resolve_names(
     config: IngestConfig, session: Any | None = None
 ) -> tuple[IngestConfig, LandingEngine | None]:
-    """``config`` with its table by name (``table.name``) placed by Spark's catalog, and
-    the Spark engine, on ``session`` or one started now, that placed it and lands the run's
-    batches; without a name, ``config`` and None."""
-    if config.table.name is None:
+    """``config`` with its tables by name (``table.name``, a route's ``name``) placed by
+    Spark's catalog, and the Spark engine, on ``session`` or one started now, that placed
+    them and lands the run's batches; without a name, ``config`` and None."""
+    if not config.names_tables():
         return config, None
     engine = SparkEngine(
         config.spark,

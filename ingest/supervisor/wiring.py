@@ -276,6 +276,12 @@ def table_router(
     for index, route in enumerate(config.route):
         value = route.value or config.table.value
         key = route.key or config.table.key
+        if route.name is not None and route.uri is None:
+            raise ConfigError(
+                f"route {route.name!r} is not resolved through the catalog yet",
+                path=config.path,
+                key=f"route[{index}].name",
+            )
         uri = route.uri or config.table_uri()
         registered = value.format in REGISTRY_FORMATS or key.format in REGISTRY_FORMATS
         try:
@@ -303,11 +309,14 @@ def _route_table(
     key: Any,
 ) -> TableConfig:
     route = config.route[index]
+    # A route's table is its uri, or its name's (with table.name, routes must give one);
+    # a named route's dead letters are named too, beside it.
+    named = route.name is not None and config.dead_letter.uri is None
     return replace(
         default,
         uri=uri,
-        name=None,  # a route's table is its uri (with table.name, routes must give one)
-        dead_letter_name=None,
+        name=route.name,
+        dead_letter_name=f"{route.name}_dead_letters" if named else None,
         dead_letter_uri=config.dead_letter.uri or (None if route.uri else default.dead_letter_uri),
         mode=route.mode or config.table.mode,
         merge_keys=tuple(

@@ -220,3 +220,49 @@ def test_an_external_table_by_name_and_a_table_per_topic(
         assert (detail["Type"], Path(_location(detail))) == ("MANAGED", place)
         ends = {0: (counts[t] + 1) // 2, 1: counts[t] // 2}
         _assert_once(place, Path(f"{place}_dead_letters"), ends, dead_letters=0)
+
+
+def test_routes_by_name(
+    broker: KafkaCluster, hive_metastore: HiveMetastore, database: str, tmp_path: Path
+) -> None:
+    """[[route]]s name their tables: a fixed name (created managed, its dead letters named
+    beside it), ``{topic}`` (a managed table per topic) and a name with a uri (external
+    there). The default table, unnamed, takes none: every topic has its route."""
+    from ingest.testing.configs import toml_value
+
+    orders, pay, refunds = _name("orders"), _name("pay"), _name("refunds")
+    counts = {orders: 40, pay: 30, refunds: 20}
+    for topic, count in counts.items():
+        _topic(broker, _records(0, count, bad=2 if topic == orders else 0), topic)
+    external = tmp_path / "refunds"
+    routes = [
+        {"topics": orders, "name": f"{database}.orders_routed"},
+        {"topics": "pay_.*", "name": f"{database}.{{topic}}"},
+        {"topics": refunds, "name": f"{database}.refunds_routed", "uri": str(external)},
+    ]
+    default = tmp_path / "default"
+    path = _config(tmp_path, broker, hive_metastore, list(counts), {"uri": str(default)}, "routes")
+    with path.open("a") as toml:
+        for route in routes:
+            toml.write("\n[[route]]\n")
+            toml.writelines(f"{key} = {toml_value(value)}\n" for key, value in route.items())
+    code, log = _ingest(path, tmp_path, "routes", "run", "--until-end")
+    assert code == 0, log[-4000:]
+
+    warehouse = hive_metastore.warehouse / f"{database}.db"
+    places = {
+        orders: (f"{database}.orders_routed", warehouse / "orders_routed", "MANAGED"),
+        pay: (f"{database}.{pay}", warehouse / pay, "MANAGED"),
+        refunds: (f"{database}.refunds_routed", external, "EXTERNAL"),
+    }
+    names = [name for name, _, _ in places.values()] + [f"{database}.orders_routed_dead_letters"]
+    described = _probe(hive_metastore, *(f"DESCRIBE TABLE EXTENDED {n}" for n in names))
+    *tables, dead = (_described(rows) for rows in described)
+    for (topic, (_, place, kind)), detail in zip(places.items(), tables, strict=True):
+        assert (detail["Type"], Path(_location(detail))) == (kind, place), topic
+        count, bad = counts[topic], 2 if topic == orders else 0
+        ends = {0: (count + 1) // 2 + bad // 2, 1: count // 2 + bad // 2}
+        _assert_once(place, Path(f"{place}_dead_letters"), ends, dead_letters=bad)
+    dead_place = warehouse / "orders_routed_dead_letters"
+    assert (dead["Type"], Path(_location(dead))) == ("MANAGED", dead_place)
+    assert not default.exists(), "the default table took a routed topic"

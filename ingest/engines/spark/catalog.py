@@ -1,4 +1,4 @@
-"""Tables by name: ``table.name`` resolved, registered and created through the Spark
+"""Tables by name: ``table.name`` (and a route's ``name``) resolved, registered and created through the Spark
 session's catalog (the session catalog over a Hive metastore, or any catalog ``[spark] conf``
 configures: Spark SQL names them ``catalog.database.table``).
 
@@ -45,34 +45,49 @@ _TOPIC = "{topic}"
 
 
 def resolve(config: IngestConfig, session: Any) -> IngestConfig:
-    """``config`` with ``table.uri`` set from the catalog for ``table.name`` (unchanged
-    without a name), in the one spelling the txn app ids are made of; ``ConfigError`` for a
-    name the catalog cannot place."""
-    name = config.table.name
-    if name is None:
+    """``config`` with ``table.uri`` set from the catalog for ``table.name``, and each named
+    route's ``uri`` for its ``name`` (unchanged without names), in the one spelling the txn
+    app ids are made of; ``ConfigError`` for a name the catalog cannot place."""
+    if not config.names_tables():
         return config
     tables = CatalogTables(session, ConfigError)
-    given = None if config.table.uri is None else normalize_uri(config.table.uri)
+    if config.table.name is not None:
+        uri = _place(tables, config.table.name, config.table.uri, "table.uri")
+        config = dataclasses.replace(config, table=dataclasses.replace(config.table, uri=uri))
+    routes = [
+        route
+        if route.name is None
+        else dataclasses.replace(
+            route, uri=_place(tables, route.name, route.uri, f"route[{index}].uri")
+        )
+        for index, route in enumerate(config.route)
+    ]
+    return dataclasses.replace(config, route=routes)
+
+
+def _place(tables: CatalogTables, name: str, uri: str | None, key: str) -> str:
+    """Where the table ``name`` is, or goes: the catalog's location of it, else ``uri``
+    (an external table), else the catalog's place for a managed table of that name."""
+    given = None if uri is None else normalize_uri(uri)
     if given is None and not _session_catalog(name):
         raise ConfigError(
             f"{name} is not in Spark's session catalog: ingest commits by path, so a table "
-            "there must be an external table; set table.uri",
-            key="table.uri",
+            f"there must be an external table; set {key}",
+            key=key,
         )
     if _TOPIC in name:
-        uri = given or f"{tables.database_location(name)}/{_TOPIC}"
+        placed = given or f"{tables.database_location(name)}/{_TOPIC}"
     else:
         found = tables.location_of(name)
         if found is not None and given is not None and found != given:
             raise ConfigError(
-                f"{name} is the table at {found}, not {given}: leave table.uri unset, or "
-                "name another table",
-                key="table.uri",
+                f"{name} is the table at {found}, not {given}: leave {key} unset, or name "
+                "another table",
+                key=key,
             )
-        uri = found or given or tables.default_location(name)
-    log.info("table %s resolved through the catalog to %s", name, uri)
-    table = dataclasses.replace(config.table, uri=uri)
-    return dataclasses.replace(config, table=table)
+        placed = found or given or tables.default_location(name)
+    log.info("table %s resolved through the catalog to %s", name, placed)
+    return placed
 
 
 def same_location(a: str, b: str) -> bool:

@@ -358,9 +358,10 @@ class SparkEngine:
                 raise
 
     def resolve(self, config: IngestConfig) -> IngestConfig:
-        """``config`` with its table by name (``table.name``) placed by the catalog
-        (``catalog.resolve``): the session starts now, its catalog is needed first."""
-        if config.table.name is None:
+        """``config`` with its tables by name (``table.name``, a route's ``name``) placed by
+        the catalog (``catalog.resolve``): the session starts now, its catalog is needed
+        first."""
+        if not config.names_tables():
             return config
         return resolve(config, self.get())
 
