@@ -336,10 +336,28 @@ def _maintain(args: argparse.Namespace) -> int:
     config = _load(args, quiet=True)
     if config is None:
         return 0
-    config = _resolved(config)
+    from ingest.engines.landing import resolve_names
+    from ingest.engines.spark.spark_session import SparkEngine
     from ingest.supervisor.engine.maintainer import maintain_tables, maintenance_fields
 
-    report = [maintenance_fields(maintenance) for maintenance in maintain_tables(config)]
+    config, engine = resolve_names(config)
+    # Delta Spark maintains the tables ingest commits to through it: the Spark engine,
+    # started only for such a table (not with spark.engine = "local").
+    spark = engine or (
+        None
+        if config.spark.engine == "local"
+        else SparkEngine(config.spark, storage_options=config.table_storage_options())
+    )
+    if spark is not None:
+        spark.leave_jvm_at_exit = True  # the JVM stops itself when this process ends
+    try:
+        passes = maintain_tables(
+            config, delta_spark=None if spark is None else spark.table_maintenance
+        )
+    finally:
+        if spark is not None:
+            spark.stop()
+    report = [maintenance_fields(maintenance) for maintenance in passes]
     if args.json:
         import json
 

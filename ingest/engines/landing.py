@@ -10,6 +10,7 @@ from ingest.config import IngestConfig, SparkSection
 from ingest.engines.local.local_engine import LocalEngine
 from ingest.engines.spark.spark_session import SparkEngine
 from ingest.sink.batch import Batch, BatchResult
+from ingest.sink.maintenance.maintain import DeltaSparkMaintenance
 from ingest.sink.table_config import TableConfig
 
 __all__ = ["LandingEngine", "choose_engine", "resolve_names"]
@@ -40,6 +41,12 @@ class LandingEngine(Protocol):
 
     def stop(self) -> None:
         """Stops what this engine started."""
+        ...
+
+    def table_maintenance(self) -> DeltaSparkMaintenance | None:
+        """Delta Spark's OPTIMIZE and VACUUM, for the tables ingest commits to through
+        Delta Spark (the Spark engine, its session started now if need be); None: this
+        engine has no Spark."""
         ...
 
 

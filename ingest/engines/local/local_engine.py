@@ -135,3 +135,8 @@ class LocalEngine:
         if self._thread is not None:
             self._thread.join()
         self.tasks.stop()
+
+    def table_maintenance(self) -> None:
+        """None: no Spark here (a table only Delta Spark maintains is not the local
+        engine's: ``choose`` picks Spark for it)."""
+        return None

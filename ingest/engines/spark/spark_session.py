@@ -38,6 +38,7 @@ from ingest.engines.spark.catalog import CatalogTables, resolve
 from ingest.engines.spark.delta_commit import DeltaSparkCommitter
 from ingest.engines.spark.executorwatch import ExecutorWatch
 from ingest.engines.spark.jvmlog import JvmOutputRelay
+from ingest.engines.spark.optimize import SparkTableMaintenance
 from ingest.errors import SinkError, SparkClusterLost, SparkStartError
 from ingest.processes import pid_alive, start_thread
 from ingest.redaction import secret_looking
@@ -450,6 +451,11 @@ class SparkEngine:
     def session_if_started(self) -> Any | None:
         """The session if it is up, without waiting or starting one."""
         return self._session
+
+    def table_maintenance(self) -> SparkTableMaintenance:
+        """Delta Spark's OPTIMIZE and VACUUM on this engine's session (started now if need
+        be), for the tables ingest commits to through Delta Spark."""
+        return SparkTableMaintenance(self.get())
 
     def get(self) -> Any:
         """The session, waiting for its start."""

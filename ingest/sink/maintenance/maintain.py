@@ -21,6 +21,14 @@
    too (a killed run's orphans). The retention is at least the table's own
    ``delta.deletedFileRetentionDuration`` and never below ``VACUUM_FLOOR_HOURS``.
 
+A table ingest commits to through Delta Spark's transaction (row tracking, clustering,
+in-commit timestamps...: ``features.committed_by_delta_spark``) takes steps 2 and 5 from
+Delta Spark instead, through the Spark engine (``DeltaSparkMaintenance``): OPTIMIZE, which
+keeps its row ids and deletion vectors right and clusters a clustered table, and VACUUM
+(``LITE`` without ``vacuum_full``) by the table's own ``delta.deletedFileRetentionDuration``
+(7 days unset; Delta Spark ignores a ``RETAIN``), and only when that is at least
+``vacuum_retention``. Its checkpoints and log cleanup are its own commits'.
+
 The floors (``VACUUM_FLOOR_HOURS``, ``LOG_RETENTION_FLOOR_SECONDS``; the config
 refuses values below them with its file and key, ``ingest.config``):
 
@@ -42,7 +50,9 @@ import logging
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
@@ -57,6 +67,7 @@ __all__ = [
     "LOG_RETENTION_FLOOR_SECONDS",
     "TXN_RETENTION_PROPERTY",
     "VACUUM_FLOOR_HOURS",
+    "DeltaSparkMaintenance",
     "MaintenanceReport",
     "MaintenanceSettings",
     "check_txn_retention",
@@ -74,6 +85,7 @@ LOG_RETENTION_FLOOR_SECONDS = 3600
 TXN_RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
 LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
 FILE_RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+DELTA_FILE_RETENTION_HOURS = 168.0  # Delta's default deletedFileRetentionDuration
 
 _UNITS = {
     "nanosecond": 1e-9,
@@ -189,8 +201,28 @@ def log_entries(location: TableLocation) -> tuple[int, int]:
     return commits, checkpoints
 
 
-def maintain(location: TableLocation, settings: MaintenanceSettings) -> MaintenanceReport:
-    """One pass over one table (see the module docstring)."""
+class DeltaSparkMaintenance(Protocol):
+    """Delta Spark's OPTIMIZE and VACUUM of one table, run by the Spark engine
+    (``ingest/engines/spark/optimize.py``)."""
+
+    def optimize(self, location: TableLocation) -> Compaction:
+        """Compacts (and, on a clustered table, clusters) the table's files."""
+        ...
+
+    def vacuum(self, location: TableLocation, *, full: bool) -> tuple[str, ...]:
+        """Deletes the files the table no longer holds, by the table's own retention
+        (``full``: files no commit named too); the paths deleted."""
+        ...
+
+
+def maintain(
+    location: TableLocation,
+    settings: MaintenanceSettings,
+    delta_spark: Callable[[], DeltaSparkMaintenance | None] | None = None,
+) -> MaintenanceReport:
+    """One pass over one table (see the module docstring); ``delta_spark`` gives Delta
+    Spark's maintenance, started on first need, for a table ingest commits to through
+    Delta Spark (None, or a call that gives None: such a table is skipped)."""
     seconds: dict[str, float] = {}
     started = time.perf_counter()
 
@@ -206,12 +238,15 @@ def maintain(location: TableLocation, settings: MaintenanceSettings) -> Maintena
     check_txn_retention(location, table)
     spark_only = committed_by_delta_spark(table)
     if spark_only:
-        return MaintenanceReport(
-            location.uri,
-            skipped=f"{', '.join(spark_only)}: ingest commits to this table through Delta "
-            "Spark's transaction, whose commits write its checkpoints; compact and vacuum "
-            "it with Delta Spark (OPTIMIZE, VACUUM)",
-        )
+        spark = None if delta_spark is None else delta_spark()
+        if spark is None:
+            return MaintenanceReport(
+                location.uri,
+                skipped=f"{', '.join(spark_only)}: ingest commits to this table through Delta "
+                "Spark's transaction, and maintains it with Delta Spark's OPTIMIZE and VACUUM, "
+                'which need the Spark engine (spark.engine = "local" here)',
+            )
+        return _through_delta_spark(location, table, settings, spark, lap, seconds)
     compaction = None
     if settings.compact:
         check_table(location.uri, table, "compact")
@@ -236,6 +271,47 @@ def maintain(location: TableLocation, settings: MaintenanceSettings) -> Maintena
     return MaintenanceReport(
         location.uri, compaction, checkpoint, deleted, vacuumed, seconds=seconds
     )
+
+
+def _through_delta_spark(
+    location: TableLocation,
+    table: DeltaTable,
+    settings: MaintenanceSettings,
+    spark: DeltaSparkMaintenance,
+    lap: Callable[[str], None],
+    seconds: dict[str, float],
+) -> MaintenanceReport:
+    """A pass over a table ingest commits to through Delta Spark: its OPTIMIZE (which
+    clusters a clustered table) and VACUUM. Delta Spark's own commits write its
+    checkpoints and clean its log by the table's own retention, and a delta-rs commit
+    (the log retention property) would be refused, so those steps are left to it."""
+    compaction = None
+    if settings.compact:
+        compaction = spark.optimize(location)
+        lap("compact")
+    vacuumed: tuple[str, ...] = ()
+    if settings.vacuum:
+        # Delta Spark's VACUUM keeps removed files for the table's own
+        # deletedFileRetentionDuration (7 days unset) and ignores a RETAIN: a table that
+        # keeps them for less than vacuum_retention is not vacuumed.
+        own = table.metadata().configuration.get(FILE_RETENTION_PROPERTY)
+        own_seconds = None if own is None else interval_seconds(own)
+        kept = DELTA_FILE_RETENTION_HOURS if own_seconds is None else own_seconds / 3600
+        wanted = max(settings.vacuum_retention_hours, VACUUM_FLOOR_HOURS)
+        if kept >= wanted:
+            vacuumed = spark.vacuum(location, full=settings.vacuum_full)
+            lap("vacuum")
+        else:
+            log.warning(
+                "%s: not vacuumed: Delta Spark's VACUUM keeps removed files for the table's "
+                "%s (%gh), below maintenance.vacuum_retention (%gh); set the property to at "
+                "least that to have it vacuumed",
+                location.uri,
+                FILE_RETENTION_PROPERTY,
+                kept,
+                wanted,
+            )
+    return MaintenanceReport(location.uri, compaction, vacuumed=vacuumed, seconds=seconds)
 
 
 def _set_log_retention(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from deltalake import DeltaTable
@@ -31,6 +31,7 @@ from ingest.errors import ConfigError, IngestError
 from ingest.logs import event
 from ingest.processes import start_thread
 from ingest.sink.maintenance.maintain import (
+    DeltaSparkMaintenance,
     MaintenanceReport,
     check_txn_retention,
     load_table,
@@ -117,12 +118,17 @@ def _check_uses(
         check_table(uri, table, "compact")
 
 
-def maintain_tables(config: IngestConfig, topics: Iterable[str] = ()) -> list[MaintenanceReport]:
+def maintain_tables(
+    config: IngestConfig,
+    topics: Iterable[str] = (),
+    delta_spark: Callable[[], DeltaSparkMaintenance | None] | None = None,
+) -> list[MaintenanceReport]:
     """One maintenance pass over the table and its dead-letter table (with a ``{topic}`` uri,
-    those of ``topics``)."""
+    those of ``topics``); ``delta_spark``: Delta Spark's maintenance, for the tables ingest
+    commits to through Delta Spark (``maintain``)."""
     settings = maintenance_settings(config)
     check_tables(config, writing=False, topics=topics)
-    return [maintain(location, settings) for location in _locations(config, topics)]
+    return [maintain(location, settings, delta_spark) for location in _locations(config, topics)]
 
 
 def maintenance_fields(maintenance: MaintenanceReport) -> dict[str, Any]:
@@ -144,8 +150,13 @@ def maintenance_fields(maintenance: MaintenanceReport) -> dict[str, Any]:
 class TableMaintainer:
     """The maintenance of a continuous run: one pass per interval, on its own thread."""
 
-    def __init__(self, config: IngestConfig) -> None:
+    def __init__(
+        self,
+        config: IngestConfig,
+        delta_spark: Callable[[], DeltaSparkMaintenance | None] | None = None,
+    ) -> None:
         self.config = config
+        self.delta_spark = delta_spark  # the run's engine's (``LandingEngine``)
         self.topics: set[str] = set()  # with a {topic} uri: the tables to keep
         self.interval = float(config.maintenance.interval)
         self.next_at = time.monotonic() + self.interval
@@ -171,7 +182,8 @@ class TableMaintainer:
 
     def _pass(self) -> None:
         try:
-            for maintenance in maintain_tables(self.config, sorted(self.topics)):
+            passes = maintain_tables(self.config, sorted(self.topics), self.delta_spark)
+            for maintenance in passes:
                 event(
                     log, "maintenance_done", number=self.passes, **maintenance_fields(maintenance)
                 )

@@ -73,8 +73,6 @@ class Engine:
         # A table by name: the catalog places it first (the Spark engine, started now).
         config, named = resolve_names(config, spark)
         self.config = config
-        # Table maintenance between batches (``ingest run``; ``maintainer.py``).
-        self.maintainer = TableMaintainer(config) if maintenance else None
         self.client = client_config(config)
         self.router = table_router(
             config,
@@ -91,6 +89,8 @@ class Engine:
             table=self.table,
             tables=self.router.tables(),
         )
+        maintainer = TableMaintainer(config, self.lander.table_maintenance)  # maintainer.py
+        self.maintainer = maintainer if maintenance else None  # between batches (ingest run)
         self.metrics = metrics or Metrics()
         self.states: dict[Partition, PartitionState] = {}
         wanted = wanted_space(config)
