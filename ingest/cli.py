@@ -350,9 +350,18 @@ def _maintain(args: argparse.Namespace) -> int:
     )
     if spark is not None:
         spark.leave_jvm_at_exit = True  # the JVM stops itself when this process ends
+    if config.source.topic_pattern and (config.route or "{topic}" in config.table_uri()):
+        print(
+            "ingest maintain: with topic_pattern and routes or a {topic} table, the topics' "
+            "tables are not known without the broker, and none is maintained: list the "
+            "topics in source.topics",
+            file=sys.stderr,
+        )
     try:
         passes = maintain_tables(
-            config, delta_spark=None if spark is None else spark.table_maintenance
+            config,
+            config.source.topics or (),  # a {topic} or routed table: the topics' tables
+            delta_spark=None if spark is None else spark.table_maintenance,
         )
     finally:
         if spark is not None:

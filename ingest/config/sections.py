@@ -246,7 +246,10 @@ class LoggingSection:
 @dataclass(frozen=True, config=SECTION)
 class MaintenanceSection:
     """Table maintenance (``ingest/sink/maintenance/maintain.py``): in ``ingest run`` every ``interval``,
-    between batches, on its own thread; ``ingest maintain`` runs one pass on demand."""
+    between batches, on its own thread; ``ingest maintain`` runs one pass on demand. A table
+    only Delta Spark writes (row tracking, clustering...) is compacted by Delta Spark's OPTIMIZE
+    and vacuumed by its VACUUM, by the table's own retention (docs/delta-compat.md); its
+    checkpoints and log are its commits' own (checkpoint_every and log_retention do not apply)."""
 
     enabled: Bool = True
     """Whether `ingest run` keeps the tables (`ingest maintain` always runs)."""

@@ -249,8 +249,9 @@ class TableConfig:
             raise ConfigError(
                 f"topic {topic!r} cannot name a table in the catalog ({self.name}): a "
                 "catalog's table names are lowercase letters, digits and _ (a Hive "
-                "metastore folds case); land it with a [[route]] and a uri of its own",
-                key="table.name",
+                "metastore folds case); land it with an earlier [[route]] of its own, with "
+                "a uri or a fixed name",
+                key="table.name" if self.route is None else f"route[{self.route}].name",
             )
         uri = self.uri.replace(TOPIC_PLACEHOLDER, topic)
         other = _template_match(self.dead_letters, uri)

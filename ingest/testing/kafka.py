@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ingest.errors import HarnessError
+from ingest.errors import HarnessError, KafkaConnectionError
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 CODECS: tuple[Compression, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -116,13 +116,16 @@ def _every_broker_shows(brokers: Sequence[tuple[str, int]], name: str, partition
 
     for host, port in brokers:
         config = ClientConfig(bootstrap_servers=f"{host}:{port}", request_timeout=5.0)
-        with BrokerConnection(host, port, config) as connection:
-            connection.connect(within=5.0)
-            request = MetadataRequest(
-                topics=(MetadataRequestTopic(name=name),), allow_auto_topic_creation=False
-            )
-            version = connection.version_for(MetadataRequest.api_key)
-            response = connection.request(request, version=version)
+        try:
+            with BrokerConnection(host, port, config) as connection:
+                connection.connect(within=5.0)
+                request = MetadataRequest(
+                    topics=(MetadataRequestTopic(name=name),), allow_auto_topic_creation=False
+                )
+                version = connection.version_for(MetadataRequest.api_key)
+                response = connection.request(request, version=version)
+        except KafkaConnectionError:  # a broker just killed or restarting: ask again
+            return False
         assert isinstance(response, MetadataResponse)
         shown = [
             partition

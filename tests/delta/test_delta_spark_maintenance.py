@@ -89,13 +89,17 @@ def test_delta_spark_maintains_a_platform_table(
     month_ago = time.time() - 30 * 86400
     os.utime(orphan, (month_ago, month_ago))
 
-    # A pass on the shared session, VACUUM LITE: only files the log removed may go.
+    # A pass beside the shared session, VACUUM LITE: only files the log removed may go.
     lite = config(_maintenance_config(tmp_path, broker, table, full=False))
+    active = spark._jvm.org.apache.spark.sql.SparkSession.getActiveSession
+    before_active = active()
+    maintenance = SparkTableMaintenance(spark)
     (report,) = [
         r
-        for r in maintain_tables(lite, delta_spark=lambda: SparkTableMaintenance(spark))
+        for r in maintain_tables(lite, delta_spark=lambda: maintenance)
         if r.uri.endswith("platform")
     ]
+    assert active().equals(before_active), "the pass left its own session active"
     assert report.skipped is None, report
     compaction = report.compaction
     assert compaction is not None and compaction.version is not None
@@ -105,7 +109,7 @@ def test_delta_spark_maintains_a_platform_table(
     # vacuum_retention above the table's own (7 days unset): Delta Spark's VACUUM would
     # ignore it, so the table is not vacuumed, and the orphan a full VACUUM deletes stays.
     longer = config(_maintenance_config(tmp_path, broker, table, full=True, retention="30d"))
-    (report,) = maintain_tables(longer, delta_spark=lambda: SparkTableMaintenance(spark))[:1]
+    (report,) = maintain_tables(longer, delta_spark=lambda: maintenance)[:1]
     assert report.vacuumed == () and "vacuum" not in report.seconds and orphan.exists()
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
     assert {h.operation for h in history if h.version == compaction.version} == {"OPTIMIZE"}

@@ -137,6 +137,7 @@ class LocalEngine:
         self.tasks.stop()
 
     def table_maintenance(self) -> None:
-        """None: no Spark here (a table only Delta Spark maintains is not the local
-        engine's: ``choose`` picks Spark for it)."""
+        """None: no Spark here. ``choose`` picks Spark for a configured table only Delta
+        Spark writes; such a table met later (a ``{topic}`` table) is skipped by
+        maintenance, with the reason."""
         return None

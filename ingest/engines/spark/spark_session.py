@@ -321,6 +321,7 @@ class SparkEngine:
         # stdin closes (running SparkContext's shutdown hook), so ``stop`` need not wait
         # for the Python-side stop (~1 s, measured).
         self.leave_jvm_at_exit = False
+        self._maintenance: SparkTableMaintenance | None = None
 
     @property
     def started(self) -> bool:
@@ -453,9 +454,12 @@ class SparkEngine:
         return self._session
 
     def table_maintenance(self) -> SparkTableMaintenance:
-        """Delta Spark's OPTIMIZE and VACUUM on this engine's session (started now if need
-        be), for the tables ingest commits to through Delta Spark."""
-        return SparkTableMaintenance(self.get())
+        """Delta Spark's OPTIMIZE and VACUUM beside this engine's session (started now if
+        need be), for the tables ingest commits to through Delta Spark: one for the
+        engine, made on first need."""
+        if self._maintenance is None:
+            self._maintenance = SparkTableMaintenance(self.get())
+        return self._maintenance
 
     def get(self) -> Any:
         """The session, waiting for its start."""

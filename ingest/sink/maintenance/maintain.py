@@ -205,8 +205,9 @@ class DeltaSparkMaintenance(Protocol):
     """Delta Spark's OPTIMIZE and VACUUM of one table, run by the Spark engine
     (``ingest/engines/spark/optimize.py``)."""
 
-    def optimize(self, location: TableLocation) -> Compaction:
-        """Compacts (and, on a clustered table, clusters) the table's files."""
+    def optimize(self, location: TableLocation, target_file_size: int) -> Compaction:
+        """Compacts (and, on a clustered table, clusters) the table's files into files of
+        up to ``target_file_size`` bytes."""
         ...
 
     def vacuum(self, location: TableLocation, *, full: bool) -> tuple[str, ...]:
@@ -244,7 +245,7 @@ def maintain(
                 location.uri,
                 skipped=f"{', '.join(spark_only)}: ingest commits to this table through Delta "
                 "Spark's transaction, and maintains it with Delta Spark's OPTIMIZE and VACUUM, "
-                'which need the Spark engine (spark.engine = "local" here)',
+                "which need the Spark engine: the local engine has no Spark",
             )
         return _through_delta_spark(location, table, settings, spark, lap, seconds)
     compaction = None
@@ -287,7 +288,7 @@ def _through_delta_spark(
     (the log retention property) would be refused, so those steps are left to it."""
     compaction = None
     if settings.compact:
-        compaction = spark.optimize(location)
+        compaction = spark.optimize(location, settings.target_file_size)
         lap("compact")
     vacuumed: tuple[str, ...] = ()
     if settings.vacuum:
@@ -296,9 +297,18 @@ def _through_delta_spark(
         # keeps them for less than vacuum_retention is not vacuumed.
         own = table.metadata().configuration.get(FILE_RETENTION_PROPERTY)
         own_seconds = None if own is None else interval_seconds(own)
-        kept = DELTA_FILE_RETENTION_HOURS if own_seconds is None else own_seconds / 3600
+        kept = DELTA_FILE_RETENTION_HOURS if own is None else (own_seconds or 0.0) / 3600
         wanted = max(settings.vacuum_retention_hours, VACUUM_FLOOR_HOURS)
-        if kept >= wanted:
+        if own is not None and own_seconds is None:
+            log.warning(
+                "%s: not vacuumed: Delta Spark's VACUUM keeps removed files for the table's "
+                "%s, %r, which ingest cannot read as a duration to check against "
+                "maintenance.vacuum_retention",
+                location.uri,
+                FILE_RETENTION_PROPERTY,
+                own,
+            )
+        elif kept >= wanted:
             vacuumed = spark.vacuum(location, full=settings.vacuum_full)
             lap("vacuum")
         else:

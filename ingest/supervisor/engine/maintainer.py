@@ -8,7 +8,9 @@ never waits for it. Why a thread: a compaction reads and rewrites up to
 must keep pumping workers, releasing segments and answering revocations within
 the rebalance timeout. A batch may start while a pass runs: appends never
 conflict with a compaction (``ingest/sink/maintenance/compact.py``), so neither waits for the
-other beyond delta-rs's rebase of one commit. A pass that fails is logged and the
+other beyond delta-rs's rebase of one commit. (A table only Delta Spark writes is compacted
+by Delta Spark's OPTIMIZE on the Spark engine's executors, where a batch's job may wait for
+its tasks: ``ingest/engines/spark/optimize.py``.) A pass that fails is logged and the
 next one comes an interval later; a table that sets
 ``delta.setTransactionRetentionDuration`` stops the run (exit 2), as at start.
 
@@ -111,7 +113,8 @@ def _check_uses(
     compacting: bool,
 ) -> None:
     # The Spark engine commits through Delta Spark's transaction where delta-rs cannot
-    # ("auto" picks Spark for such a table); maintenance skips such a table (``maintain``).
+    # ("auto" picks Spark for such a table); Delta Spark's OPTIMIZE compacts such a table
+    # (``maintain``), not ingest's compaction.
     if writing:
         check_table(uri, table, use, delta_spark=config.spark.engine != "local")
     if compacting and not committed_by_delta_spark(table):
