@@ -232,6 +232,9 @@ class TreeSampler:
     peak_rss: int = 0
     peak_pss: int = 0
     peak_processes: int = 0
+    # At the sample of peak RSS: RSS by process kind, and the tree's RSS by kind of page
+    # (anon, file, shmem: the handoff's segments in /dev/shm count in each mapper's RSS).
+    rss_at_peak: dict[str, int] = field(default_factory=dict)
     _cpu: dict[tuple[int, int], float] = field(default_factory=dict)
     _kind: dict[tuple[int, int], str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -254,6 +257,7 @@ class TreeSampler:
 
     def sample(self) -> None:
         rss = pss = count = 0
+        detail: dict[str, int] = {}
         for pid in _descendants(self.root):
             stat = _read(f"/proc/{pid}/stat")
             status = _read(f"/proc/{pid}/status")
@@ -268,12 +272,19 @@ class TreeSampler:
             cmdline = _read(f"/proc/{pid}/cmdline") or ""
             if cmdline or (pid, start_ticks) not in self._kind:
                 self._kind[(pid, start_ticks)] = _process_kind(cmdline)
-            rss += _status_kib(status, "VmRSS:") * 1024
+            own = _status_kib(status, "VmRSS:") * 1024
+            rss += own
+            kind = self._kind[(pid, start_ticks)]
+            detail[kind] = detail.get(kind, 0) + own
+            for page in ("anon", "file", "shmem"):
+                key = f"pages {page}"
+                detail[key] = detail.get(key, 0) + _status_kib(status, f"Rss{page.title()}:") * 1024
             count += 1
             if self.pss:
                 rollup = _read(f"/proc/{pid}/smaps_rollup")
                 pss += _status_kib(rollup or "", "Pss:") * 1024
-        self.peak_rss = max(self.peak_rss, rss)
+        if rss > self.peak_rss:
+            self.peak_rss, self.rss_at_peak = rss, detail
         self.peak_pss = max(self.peak_pss, pss)
         self.peak_processes = max(self.peak_processes, count)
 
@@ -314,6 +325,12 @@ class Measured:
     processes: int
     returncode: int
     cpu_by_kind: Mapping[str, float] = field(default_factory=dict)
+    rss_at_peak: Mapping[str, int] = field(default_factory=dict)
+
+    def describe_peak(self) -> str:
+        """The peak RSS by process kind and by kind of page, in GiB."""
+        parts = [f"{kind} {size / 1024**3:.2f}" for kind, size in self.rss_at_peak.items()]
+        return f"peak RSS {self.peak_rss / 1024**3:.2f} GiB: " + ", ".join(parts)
 
 
 def run_measured(
@@ -345,6 +362,7 @@ def run_measured(
         sampler.peak_processes,
         code,
         sampler.cpu_by_kind(),
+        dict(sampler.rss_at_peak),
     )
 
 
@@ -507,7 +525,8 @@ def ingest_until_end(
         problem = f"{dead} dead letters"
     phases = run_phases(log)
     print(
-        f"# {name}: {measured.seconds:.1f}s, exact: {problem or 'yes'}; {phases.describe()}",
+        f"# {name}: {measured.seconds:.1f}s, exact: {problem or 'yes'}; {phases.describe()}; "
+        f"{measured.describe_peak()}",
         flush=True,
     )
     return {
