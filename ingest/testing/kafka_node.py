@@ -8,7 +8,9 @@ address (its command prefixed with ``ip netns exec``).
 from __future__ import annotations
 
 import base64
+import os
 import shutil
+import time
 import uuid
 import zipfile
 from collections.abc import Mapping
@@ -287,12 +289,16 @@ class KafkaNode:
         if self.process is not None:
             self.process.kill()
 
-    def pause(self) -> None:
-        """SIGSTOP: the node stops answering but keeps its sockets open."""
+    def pause(self, *, timeout: float = 10.0) -> None:
+        """SIGSTOP: the node stops answering but keeps its sockets open. Returns once every
+        thread of its process group is stopped: a group stop lands on each thread when the
+        kernel next schedules it, and a node's thread still running on a loaded machine
+        could answer one more request (seen once in CI: a paused node answered)."""
         import signal
 
-        if self.process is not None:
+        if self.process is not None and self.process.pid is not None:
             self.process.send_signal(signal.SIGSTOP)
+            _wait_stopped(self.process.pid, timeout)
 
     def resume(self) -> None:
         import signal
@@ -304,3 +310,43 @@ class KafkaNode:
         if self.process is None:
             return f"(kafka node {self.node_id} never started)"
         return self.process.log_tail(max_bytes)
+
+
+def _wait_stopped(group: int, timeout: float) -> None:
+    """Waits until every thread of every process in process group ``group`` is stopped
+    (state T in /proc)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [
+            task for task in _group_tasks(group) if _task_state(task) not in ("T", "t", "Z", "X")
+        ]
+        if not running:
+            return
+        if time.monotonic() > deadline:
+            raise HarnessError(
+                f"process group {group}: {len(running)} threads still running {timeout:g}s "
+                "after SIGSTOP"
+            )
+        time.sleep(0.005)
+
+
+def _group_tasks(group: int) -> list[Path]:
+    tasks: list[Path] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != group:
+                continue
+            tasks.extend((proc / "task").iterdir())
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            continue
+    return tasks
+
+
+def _task_state(task: Path) -> str:
+    try:
+        stat = (task / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return "X"  # gone
+    return stat[stat.rindex(")") + 2 :].split()[0]
