@@ -38,12 +38,20 @@ def concurrent_writer(env: ChaosEnv, seed: int) -> Outcome:
     # engine a batch lasts ~50 ms, and in one CI run the two writers alternated for 20
     # batches without ever meeting (both exact, no race to show).
     hold = round(rng.uniform(0.3, 0.8), 2)
+    # And the run holds one of its early commits long enough for the replay to start and
+    # commit meanwhile: without it, a run that finished its small topic before the replay's
+    # first batch met no rival (one CI run: "the two writers never met", seed 200).
+    run_commit, run_hold = rng.randint(2, 4), round(rng.uniform(3.0, 4.0), 2)
     outcome = Outcome(
-        name, seed, f"replay starts {delay}s after the run, holds its first commit {hold}s"
+        name,
+        seed,
+        f"replay starts {delay}s after the run, holds its first commit {hold}s; the run "
+        f"holds its commit {run_commit} {run_hold}s",
     )
     run = Run(
         ["run", "-c", str(setup.path), "--until-end"],
         setup.work / "run.log",
+        env=fault_point_env("before_delta_commit", run_commit, stall=run_hold),
     )
     replay = None
     try:
