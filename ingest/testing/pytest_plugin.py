@@ -137,13 +137,50 @@ def group(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local[2] Spark session for the test session (it cold-starts in ~8 s)."""
+def spark(pytestconfig: pytest.Config) -> Iterator[Any]:
+    """One local[2] Spark session for the test session (it cold-starts in ~8 s). A test
+    that leaves it stopped, or its JVM gone, fails at its teardown (``_shared_spark``)."""
     from ingest.testing.spark import local_spark_session
 
     session = local_spark_session()
+    pytestconfig.stash[_SPARK_KEY] = session
     yield session
+    pytestconfig.stash[_SPARK_KEY] = None
+    broken = _spark_broken(session)
+    if broken is not None:
+        pytest.fail(f"the suite's Spark session {broken} before the end of the test session")
     session.stop()
+
+
+_SPARK_KEY = pytest.StashKey[Any]()
+
+
+def _spark_broken(session: Any) -> str | None:
+    """How the suite's shared session is broken (stopped, replaced, its JVM exited), or
+    None."""
+    from pyspark import SparkContext
+
+    process = getattr(session.sparkContext._gateway, "proc", None)
+    code = None if process is None else process.poll()
+    if code is not None:
+        return f"lost its JVM (pid {process.pid}, exit code {code})"
+    if session.sparkContext._jsc is None:
+        return "was stopped"
+    if SparkContext._active_spark_context is not session.sparkContext:
+        return "was replaced by another SparkContext"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _shared_spark(pytestconfig: pytest.Config) -> Iterator[None]:
+    """Fails the test that broke the suite's shared Spark session (stopped it, or made its
+    JVM exit), at its own teardown: every later Spark test would fail, far from the cause."""
+    yield
+    session = pytestconfig.stash.get(_SPARK_KEY, None)
+    broken = None if session is None else _spark_broken(session)
+    if broken is not None:
+        pytestconfig.stash[_SPARK_KEY] = None  # reported once, here
+        pytest.fail(f"this test broke the suite's Spark session: it {broken}")
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ resolved = time.monotonic() - began
 classpath = environment.get("spark.driver.extraClassPath", "")
 archive = ClassDataArchive.for_section(section, classpath=classpath) if product else None
 began = time.monotonic()
-session = start_session(section, archive=archive, light_jit=product, environment=environment)
+session, _ = start_session(section, archive=archive, light_jit=product, environment=environment)
 started = time.monotonic() - began
 warm = warm_up(session)
 print(f"session_s={started:.2f} warm_up_s={warm:.2f} jars_s={resolved:.2f}")

@@ -276,7 +276,7 @@ def run_spark(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:
 
     began = time.perf_counter()
     conf = dict(item.split("=", 1) for item in meta.get("spark_conf", []))
-    spark = start_session(
+    spark, _ = start_session(
         SparkSection(
             master="local[2]", app_name="upsert-bench", conf=conf, class_data_sharing=False
         ),

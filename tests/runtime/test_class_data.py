@@ -135,3 +135,39 @@ def test_a_first_session_records_the_archive_and_the_next_one_maps_it(tmp_path: 
     assert f"-XX:SharedArchiveFile={archives[0]}" in second["arguments"]
     assert str(archives[0]) in second["mapped"]  # the JVM really uses it
     # Off: no archive (test_off_or_unquotable_means_no_archive; a third JVM here cost 20 s).
+
+
+JOINER = """
+import sys
+from pyspark import SparkContext
+from ingest.config import SparkSection
+from ingest.engines.spark.spark_session import SparkEngine
+from ingest.testing.spark import local_spark_session
+
+first = local_spark_session(master="local[1]")  # a session this process already runs
+jvm = SparkContext._gateway.proc
+engine = SparkEngine(SparkSection(master="local[1]", class_data_sharing=True))
+assert engine.get().sparkContext is first.sparkContext
+engine.stop()
+print("after-stop", jvm.poll(), first.range(3).count(), flush=True)
+first.stop()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_an_engine_that_joins_a_running_session_leaves_it_to_its_starter(tmp_path: Path) -> None:
+    """An engine started in a process that already runs a session (a test's shared one, an
+    embedding program's) batches on it, and its stop neither stops that session nor makes
+    its JVM exit to record a class-data archive (an engine did both: the suite's shared
+    session was dead from then on)."""
+    done = subprocess.run(
+        [sys.executable, "-c", JOINER],
+        cwd=ROOT,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},  # no archive yet: one to record
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "after-stop None 3" in done.stdout.splitlines(), done.stdout
+    assert not list(tmp_path.glob("ingest/jvm/*"))  # nothing recorded, nothing begun

@@ -190,9 +190,11 @@ def start_session(
     archive: ClassDataArchive | None = None,
     light_jit: bool = False,
     environment: dict[str, str] | None = None,
-) -> Any:
-    """Starts (or returns) this process's session with ingest's settings and ``[spark]``;
-    with ``archive``, its JVM maps or records that class-data archive; ``light_jit``
+) -> tuple[Any, bool]:
+    """This process's session with ingest's settings and ``[spark]``, and whether this call
+    launched its JVM (else it joined the session already running in the process, which
+    stays its starter's to stop). A launched JVM maps or records ``archive``'s class data;
+    ``light_jit``
     (for sessions whose rows never enter the JVM) compiles with C1 only; ``environment``:
     Delta's and S3A's settings (``ingest.spark_env.session_settings``). The user's
     ``spark.driver.extraJavaOptions`` come after ours, so they win; their extra class path
@@ -223,18 +225,21 @@ def start_session(
     for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
         if conf.get(key) and settings.get(key):
             conf[key] = f"{settings[key]}:{conf[key]}"
-    ours = [archive.java_options() if archive is not None else "", LIGHT_JIT if light_jit else ""]
-    user = conf.get("spark.driver.extraJavaOptions", "")
-    options = " ".join(option for option in [*ours, user] if option)
-    if options:
-        conf["spark.driver.extraJavaOptions"] = options
-    settings.update(conf)
-    # Credentials never go on the JVM's command line (pyspark launches it with every
-    # setting as --conf k=v, which any local user reads in /proc): handed over once it runs.
-    secrets = {k: v for k, v in settings.items() if secret_setting(k)}
-    settings = {k: v for k, v in settings.items() if k not in secrets}
     with SparkContext._lock:  # as the builder's own check-then-start
-        if SparkContext._active_spark_context is None and SparkContext._gateway is None:
+        launch = SparkContext._active_spark_context is None and SparkContext._gateway is None
+        if launch:  # the JVM's options count only for a JVM launched here
+            ours = [archive.java_options() if archive else "", LIGHT_JIT if light_jit else ""]
+            user = conf.get("spark.driver.extraJavaOptions", "")
+            options = " ".join(option for option in [*ours, user] if option)
+            if options:
+                conf["spark.driver.extraJavaOptions"] = options
+        settings.update(conf)
+        # Credentials never go on the JVM's command line (pyspark launches it with every
+        # setting as --conf k=v, which any local user reads in /proc): handed over once it
+        # runs.
+        secrets = {k: v for k, v in settings.items() if secret_setting(k)}
+        settings = {k: v for k, v in settings.items() if k not in secrets}
+        if launch:
             # Our JVM, its output relayed into the log (jvmlog.py); the builder then
             # finds this context.
             spark_conf = SparkConf().setAll(list(settings.items()))
@@ -243,7 +248,7 @@ def start_session(
     session = SparkSession.builder.config(map=builder_map).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     hand_over(session, secrets)
-    return session
+    return session, launch
 
 
 def secret_setting(key: str) -> bool:
@@ -410,12 +415,17 @@ class SparkEngine:
             if self._owned:
                 classpath = environment["spark.driver.extraClassPath"]
                 self._archive = ClassDataArchive.for_section(self.section, classpath=classpath)
-            session = start_session(
+            session, launched = start_session(
                 self.section,
                 archive=self._archive,
                 light_jit=not self.transform,
                 environment=environment,
             )
+            if self._owned and not launched:
+                # A session already ran in this process (a test's, an embedding
+                # program's): batches use it, and its starter stops it, not this engine.
+                log.info("spark: joined the session already running in this process")
+                self._owned = False
             self.started_in = time.monotonic() - began
             log.info("spark session %s started in %.1fs", self.section.master, self.started_in)
             if self._owned:
