@@ -58,11 +58,13 @@ def choose_engine(
     storage_options: dict[str, str] | None = None,
     table: TableConfig | None = None,
     tables: tuple[TableConfig, ...] = (),
+    overwrite: bool = False,
 ) -> LandingEngine:
-    """The local engine when ``[spark] engine`` and every table allow it (never with a
-    given session); else Spark, on ``session`` or one started on first need."""
+    """The local engine when ``[spark] engine`` and every table allow it (``overwrite``:
+    for a replay's cut too; never with a given session); else Spark, on ``session`` or one
+    started on first need."""
     if session is None and table is not None:
-        local = LocalEngine.choose(section, table, tables)
+        local = LocalEngine.choose(section, table, tables, overwrite=overwrite)
         if local is not None:
             return local
     return SparkEngine(section, session, transform=transform, storage_options=storage_options)

@@ -21,12 +21,7 @@ source partition. The loop it runs, until the commit lands or gives up:
 5. ``CommitFailedError`` (a concurrent transaction conflicted, e.g. one that
    wrote the same app ids) or a lost creation race: back off and go to 1.
 
-``DeltaTarget.commit_replacing`` is the overwrite form (``ingest replay
---overwrite``): in the same single transaction it also removes every row the
-table holds in the batch's offset ranges (``rewrite.cut_ranges``, taken again
-from each attempt's snapshot). The txn versions never move back, and every
-partition's txn is written even when its version stays, so a concurrent writer
-of the same partitions conflicts with the replacement instead of racing it.
+The overwrite form (``ingest replay --overwrite``) is ``overwrite.commit_replacing``.
 
 A commit that gives up deletes the files it would have added (no orphans); a commit's
 version is found by the token its commitInfo carries (``ingest.commit``).
@@ -48,7 +43,6 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from ingest.errors import SinkError
 from ingest.faults import fault_point
-from ingest.protocol.partition import Partition
 from ingest.sink.files import DataFile
 from ingest.sink.maintenance import rewrite
 from ingest.sink.metadata.evolution import (
@@ -66,7 +60,6 @@ from ingest.sink.txn import (
     TableCommitter,
     commit_properties,
     newer_txns,
-    or_minus_one,
 )
 from ingest.sink.txnlog import SNAPSHOTS
 
@@ -265,7 +258,7 @@ class DeltaTarget:
                         committed=False,
                         dropped_rows=dropped,
                     )
-                self._check_files(pending)
+                self.check_files(pending)
                 if table is None:
                     self.create_empty(schema)
                     continue  # reload: the data goes through the conflict-checked path
@@ -291,7 +284,7 @@ class DeltaTarget:
                     if version is None:
                         self.backoff(attempt)
                 else:
-                    token = self._try_commit(table, adds, wanted, attempt, "commit", added)
+                    token = self.try_commit(table, adds, wanted, attempt, "commit", added)
                     version = None if token is None else self.version_of(token)
                 if version is None:
                     in_doubt = False
@@ -307,94 +300,9 @@ class DeltaTarget:
             else:
                 self.location.delete(f.path for f in pending)
             raise
-        return self._committed(version, pending, {**current, **wanted}, attempt, dropped)
+        return self.committed(version, pending, {**current, **wanted}, attempt, dropped)
 
-    def commit_replacing(
-        self,
-        files: Sequence[DataFile],
-        txns: Mapping[str, int],
-        schema: pa.Schema,
-        *,
-        ranges: Mapping[Partition, tuple[int, int]],
-        mapping: ColumnMapping | None = None,
-    ) -> CommitOutcome:
-        """Commits ``files`` and ``txns`` in one transaction that also removes the
-        table's rows in ``ranges`` ((topic, partition) -> inclusive first and last
-        offset). ``CommitOutcome.dropped_rows`` counts the rows it replaced.
-        ``mapping``: the column mapping ``files`` were written with."""
-        pending = list(files)
-        schema = nullable_schema(schema)
-        in_doubt = False
-        rewritten: list[DataFile] = []
-        try:
-            for attempt in range(1, self.max_attempts + 1):
-                table = self.load()
-                if table is None:
-                    self.create_empty(schema)
-                    continue
-                self.check_partitioning(table)
-                names = {f.name for f in table.schema().fields}
-                missing = sorted({"topic", "partition", "offset"} - names)
-                if missing:
-                    raise SinkError(
-                        f"{self.uri}: rows can be replaced only in a table that keeps the "
-                        f"columns topic, partition and offset; it lacks {missing}"
-                    )
-                current = self.versions_in(table, list(txns))
-                # Never back, and always written: a rival of these partitions conflicts.
-                wanted = {
-                    app: max(version, or_minus_one(current[app])) for app, version in txns.items()
-                }
-                try:
-                    if evolve(self.uri, table, schema):
-                        continue  # reload: the cut is taken from the evolved snapshot
-                except CommitFailedError:
-                    self.backoff(attempt)
-                    continue
-                mapped = mapping_of(table)
-                rewrite.check_written(self.uri, table, pending, schema, mapping)
-                self._check_files(pending)
-                removes, rewritten, replaced = rewrite.cut_ranges(
-                    self.location, table, ranges, attempt, mapped
-                )
-                actions: list[AddAction | RemoveAction] = [
-                    *removes,
-                    *(f.add_action() for f in rewritten),
-                    *(f.add_action() for f in pending),
-                ]
-                fault_point("after_overwrite_cut")
-                in_doubt = True
-                token = self._try_commit(table, actions, wanted, attempt, "replacing", guarded=True)
-                if token is None:
-                    in_doubt = False
-                    self.location.delete(f.path for f in rewritten)
-                    rewritten = []
-                    continue
-                break
-            else:
-                raise SinkError(f"{self.uri}: no commit after {self.max_attempts} attempts")
-        except BaseException:
-            if in_doubt:
-                log.error(
-                    "%s: commit outcome unknown; keeping its %d files",
-                    self.uri,
-                    len(pending) + len(rewritten),
-                )
-            else:
-                self.location.delete(f.path for f in [*pending, *rewritten])
-            raise
-        log.info(
-            "%s: replaced %d rows in %d files with %d rows",
-            self.uri,
-            replaced,
-            len(removes),
-            sum(f.rows for f in pending),
-        )
-        return self._committed(
-            self.version_of(token), pending, {**current, **wanted}, attempt, replaced
-        )
-
-    def _committed(
+    def committed(
         self,
         version: int,
         files: Sequence[DataFile],
@@ -413,7 +321,7 @@ class DeltaTarget:
             dropped_rows=dropped_rows,
         )
 
-    def _try_commit(
+    def try_commit(
         self,
         table: DeltaTable,
         actions: Sequence[AddAction | RemoveAction],
@@ -485,7 +393,7 @@ class DeltaTarget:
             raise SinkError(f"{self.uri}: {features} need the Spark engine")
         return self.committer
 
-    def _check_files(self, files: Sequence[DataFile]) -> None:
+    def check_files(self, files: Sequence[DataFile]) -> None:
         if not files:
             return
         sizes = self.location.sizes(f.path for f in files)

@@ -84,6 +84,7 @@ from ingest.sink.merging.staged import upsert_source
 from ingest.sink.metadata.evolution import mapping_of
 from ingest.sink.metadata.features import check_table, rows_through_delta_spark
 from ingest.sink.metadata.mapping import ColumnMapping
+from ingest.sink.overwrite import commit_replacing
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN
 from ingest.sink.txn import app_id, or_minus_one
@@ -241,10 +242,12 @@ class _Landing:
             delta_spark=self.batch.committer is not None,
         )
         if self.batch.overwrite:
-            check_table(self.config.uri, table, "overwrite")
+            check_table(
+                self.config.uri, table, "overwrite", delta_spark=self.batch.committer is not None
+            )
         self.main.check_partitioning(table)
         self.mapping = mapping_of(table)
-        if table is not None and self.batch.committer is not None and not self.batch.overwrite:
+        if table is not None and self.batch.committer is not None:
             # Rows that break the table's constraints become dead letters (both modes).
             checked = bool(rows_through_delta_spark(table))
             self.inserting = checked and not self.upserting
@@ -376,8 +379,12 @@ class _Landing:
         """The dead-letter table's commit (None: none was needed)."""
         if self.batch.overwrite:
             if files or self.dead.load() is not None:
-                return self.dead.commit_replacing(
-                    files, self.txns, DEAD_LETTER_SCHEMA, ranges=self.batch.offset_ranges()
+                return commit_replacing(
+                    self.dead,
+                    files,
+                    self.txns,
+                    DEAD_LETTER_SCHEMA,
+                    ranges=self.batch.offset_ranges(),
                 )
             return None
         if files:
@@ -403,13 +410,19 @@ class _Landing:
                 txns=self.txns,
                 app_id_of=self.app_id_of,
             )
+        if self.batch.overwrite:  # rows Delta Spark writes go in the same transaction
+            return commit_replacing(
+                self.main,
+                [] if self.inserting else files,
+                self.txns,
+                schema,
+                ranges=self.batch.offset_ranges(),
+                mapping=self.mapping,
+                rows=source if self.inserting else None,
+            )
         if self.inserting:
             assert source is not None and self.batch.committer is not None
             return insert(self.main, self.batch.committer, source, self.txns, self.app_id_of)
-        if self.batch.overwrite:
-            return self.main.commit_replacing(
-                files, self.txns, schema, ranges=self.batch.offset_ranges(), mapping=self.mapping
-            )
         return self.main.commit_files(
             files,
             self.txns,

@@ -104,6 +104,24 @@ class TableCommitter(Protocol):
         (the caller reloads and tries again)."""
         ...
 
+    def replace(
+        self,
+        uri: str,
+        adds: Sequence[AddAction],
+        txns: Mapping[str, int],
+        *,
+        condition: str,
+        read_version: int,
+        read_txns: Mapping[str, int | None],
+        rows: pa.Table | None = None,
+    ) -> tuple[int, int] | None:
+        """As ``commit``, and the same transaction deletes the table's rows that match
+        ``condition`` (Spark SQL on the table's columns) as the writer's own DELETE does,
+        and adds ``rows`` as the writer's own write does (it checks the table's
+        constraints and fills generated and identity columns): the committed version and
+        the rows deleted; None when a concurrent commit won."""
+        ...
+
     def merge(self, uri: str, rows: pa.Table, clauses: MergeClauses) -> MergeDone | None:
         """MERGEs ``rows`` into the table as ``clauses`` say, in one commit that carries
         ``clauses.txn`` (one partition's app id and version): what it did; None when a

@@ -161,9 +161,8 @@ def _spark_broken(session: Any) -> str | None:
     from pyspark import SparkContext
 
     process = getattr(session.sparkContext._gateway, "proc", None)
-    code = None if process is None else process.poll()
-    if code is not None:
-        return f"lost its JVM (pid {process.pid}, exit code {code})"
+    if process is not None and process.poll() is not None:
+        return f"lost its JVM (pid {process.pid}, exit code {process.returncode})"
     if session.sparkContext._jsc is None:
         return "was stopped"
     if SparkContext._active_spark_context is not session.sparkContext:

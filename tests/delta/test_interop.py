@@ -106,8 +106,9 @@ def test_deletion_vectors(broker: KafkaCluster, topic: str, spark: Any, tmp_path
     """Spark deletes rows with deletion vectors. An append run with maintenance's defaults
     leaves them deleted; compaction compacts the other files around the one with the
     vector, which stays as it is; an upsert's MERGE, which rewrites the file holding them
-    (ids 0-4 are in it), brings none back. An overwrite's cut is refused: its remove could
-    not name the vector."""
+    (ids 0-4 are in it), brings none back. delta-rs cannot cut it for an overwrite (its
+    remove could not name the vector); Delta Spark's transaction can
+    (``test_overwrite_delta_spark.py``)."""
     dv = {"delta.enableDeletionVectors": "true"}
     appended, upserted = tmp_path / "append", tmp_path / "upsert"
     for table in (appended, upserted):
@@ -134,6 +135,7 @@ def test_deletion_vectors(broker: KafkaCluster, topic: str, spark: Any, tmp_path
     assert spark_rows(spark, appended) == appended_rows(kept)
     with pytest.raises(UnsupportedTableFeature, match=r"'deletionVectors'.*RemoveAction"):
         check_table(str(appended), after, "overwrite")
+    check_table(str(appended), after, "overwrite", delta_spark=True)
 
     outcome = _run(spark, tmp_path, broker, topic, upserted, mode="upsert")
     assert outcome.exit_code == 0, outcome.message

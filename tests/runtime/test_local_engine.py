@@ -97,6 +97,19 @@ def test_a_table_only_delta_spark_commits_to_runs_on_spark(tmp_path: Path) -> No
         choose_engine(SparkSection(master="local[2]", engine="local"), table=target)
 
 
+def test_a_replay_that_cuts_a_deletion_vector_table_runs_on_spark(tmp_path: Path) -> None:
+    """Appends to a table with deletion vectors run on the local engine; a replay with
+    --overwrite needs Delta Spark's transaction for its cut (its removes name the vectors):
+    "auto" picks Spark, "local" refuses naming the feature."""
+    hand_written_table(tmp_path, "deletionVectors", reader=True)
+    target = table(uri=str(tmp_path))
+    auto = SparkSection(master="local[2]")
+    assert isinstance(choose_engine(auto, table=target), LocalEngine)
+    assert not isinstance(choose_engine(auto, table=target, overwrite=True), LocalEngine)
+    with pytest.raises(ConfigError, match=r"Delta Spark's transaction .*deletionVectors"):
+        choose_engine(SparkSection(master="local[2]", engine="local"), table=target, overwrite=True)
+
+
 def test_local_master_cores() -> None:
     assert local_cores("local") == 1
     assert local_cores("local[3]") == 3

@@ -21,6 +21,7 @@ from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import write_data_files
 from ingest.sink.maintenance import rewrite
 from ingest.sink.maintenance.compact import compact
+from ingest.sink.overwrite import commit_replacing
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import REWRITE_GUARD, app_id
 from tests.sink import committer
@@ -120,11 +121,11 @@ def test_an_overwrite_cut_before_a_compaction_commits_never_doubles_rows(tmp_pat
     assert replaced == 100
     assert compact(target.location, target_size=MiB).files_removed == 6
     actions = [*removes, *(f.add_action() for f in rewritten)]
-    assert target._try_commit(stale, actions, {apps[0]: 299}, 1, "replacing", guarded=True) is None
+    assert target.try_commit(stale, actions, {apps[0]: 299}, 1, "replacing", guarded=True) is None
     target.location.delete(f.path for f in rewritten)
     fresh = committer.rows(0, 150, 100)
     files = write_data_files(fresh, target.location, name="fresh")
-    outcome = target.commit_replacing(files, {apps[0]: 249}, fresh.schema, ranges=ranges)
+    outcome = commit_replacing(target, files, {apps[0]: 249}, fresh.schema, ranges=ranges)
     assert outcome.dropped_rows == 100
     table = DeltaTable(target.uri)
     assert offsets(table, 0) == list(range(300)) and offsets(table, 1) == list(range(300))
@@ -136,8 +137,8 @@ def test_a_compaction_planned_before_an_overwrite_loses(tmp_path: Path) -> None:
     stale = DeltaTable(target.uri)  # not target.load(): the target brings that one up to date
     fresh = committer.rows(1, 0, 50)
     files = write_data_files(fresh, target.location, name="fresh")
-    target.commit_replacing(
-        files, {apps[1]: 49}, fresh.schema, ranges={Partition("race", 1): (0, 49)}
+    commit_replacing(
+        target, files, {apps[1]: 49}, fresh.schema, ranges={Partition("race", 1): (0, 49)}
     )
     assert compact(target.location, target_size=MiB, table=stale).lost_race
     table = DeltaTable(target.uri)
@@ -166,8 +167,8 @@ def test_an_overwrite_after_a_compaction_is_exact_with_long_topic_names(tmp_path
     fresh = rows_of(target, topics[1], 1, 40, 30)
     fresh = fresh.set_column(4, "value", pa.array([b"new"] * 30, pa.binary()))
     files = write_data_files(fresh, target.location, name="fresh")
-    outcome = target.commit_replacing(
-        files, {apps[(topics[1], 1)]: 69}, fresh.schema, ranges={key: (40, 69)}
+    outcome = commit_replacing(
+        target, files, {apps[(topics[1], 1)]: 69}, fresh.schema, ranges={key: (40, 69)}
     )
     assert outcome.dropped_rows == 30
     rows = DeltaTable(target.uri).to_pyarrow_table()

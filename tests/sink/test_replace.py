@@ -1,4 +1,4 @@
-"""``DeltaTarget.commit_replacing``: one transaction that swaps a range's rows (no Spark)."""
+"""``overwrite.commit_replacing``: one transaction that swaps a range's rows (no Spark)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ingest.errors import SinkError
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.files import write_data_files
 from ingest.sink.maintenance import rewrite
+from ingest.sink.overwrite import commit_replacing
 from ingest.sink.storage import TableLocation
 from ingest.sink.txn import app_id
 from ingest.sink.txnlog import txn_times
@@ -62,8 +63,8 @@ def test_a_range_is_replaced_in_one_commit_rewriting_files_it_cuts(tmp_path: Pat
         fresh.schema.get_field_index("value"), "value", pa.array([b"new"] * 100, pa.binary())
     )
     files = write_data_files(fresh, target.location, name="fresh")
-    outcome = target.commit_replacing(
-        files, {apps[0]: 249}, fresh.schema, ranges={("race", 0): (150, 249)}
+    outcome = commit_replacing(
+        target, files, {apps[0]: 249}, fresh.schema, ranges={("race", 0): (150, 249)}
     )
     assert outcome.committed and outcome.dropped_rows == 100 and outcome.rows == 100
     table = DeltaTable(target.uri)
@@ -89,8 +90,8 @@ def test_replacing_is_idempotent_and_extends_past_the_txn_version(tmp_path: Path
     rows = committer.rows(1, 250, 100)  # 250-349: the table holds up to 299
     for attempt in range(2):
         files = write_data_files(rows, target.location, name=f"again-{attempt}")
-        outcome = target.commit_replacing(
-            files, {apps[1]: 349}, rows.schema, ranges={("race", 1): (250, 349)}
+        outcome = commit_replacing(
+            target, files, {apps[1]: 349}, rows.schema, ranges={("race", 1): (250, 349)}
         )
         assert outcome.dropped_rows == (50 if attempt == 0 else 100)
         table = DeltaTable(target.uri)
@@ -118,8 +119,8 @@ def test_a_concurrent_commit_is_redone_against_the_new_snapshot(
     monkeypatch.setattr(rewrite, "cut_ranges", cut_then_rival_commits)
     rows = committer.rows(0, 250, 100)
     files = write_data_files(rows, target.location, name="mine")
-    outcome = target.commit_replacing(
-        files, {apps[0]: 349}, rows.schema, ranges={("race", 0): (250, 349)}
+    outcome = commit_replacing(
+        target, files, {apps[0]: 349}, rows.schema, ranges={("race", 0): (250, 349)}
     )
     assert outcome.attempts == 2 and calls["n"] == 2
     table = DeltaTable(target.uri)
@@ -138,7 +139,7 @@ def test_a_table_without_offset_columns_cannot_be_replaced(tmp_path: Path) -> No
     target = DeltaTarget(TableLocation.of(uri))
     rows = committer.rows(0, 0, 1)
     with pytest.raises(SinkError, match="lacks"):
-        target.commit_replacing([], {"app": 0}, rows.schema, ranges={("race", 0): (0, 0)})
+        commit_replacing(target, [], {"app": 0}, rows.schema, ranges={("race", 0): (0, 0)})
 
 
 def test_txn_times_come_from_the_log_and_from_a_checkpoint(tmp_path: Path) -> None:
@@ -181,8 +182,8 @@ def test_a_table_partitioned_by_the_kafka_partition_is_cut_by_its_partition_valu
         )
     fresh = committer.rows(0, 50, 100)
     files = write_data_files(fresh, target.location, name="fresh", partition_by=["partition"])
-    outcome = target.commit_replacing(
-        files, {apps[0]: 149}, fresh.schema, ranges={("race", 0): (50, 149)}
+    outcome = commit_replacing(
+        target, files, {apps[0]: 149}, fresh.schema, ranges={("race", 0): (50, 149)}
     )
     assert outcome.dropped_rows == 50
     table = DeltaTable(target.uri)

@@ -25,15 +25,19 @@ __all__ = ["LocalEngine", "local_cores"]
 log = logging.getLogger("ingest.supervisor.spark")
 
 
-def _spark_only(*tables: TableConfig) -> str:
+def _spark_only(*tables: TableConfig, overwrite: bool = False) -> str:
     """The features of the existing tables among ``tables`` that only Delta Spark's
-    transaction writes (``features.through_delta_spark``), as text; empty: none."""
+    transaction writes (``features.through_delta_spark``) for their mode's writes, or
+    (``overwrite``) a replay's cut, as text; empty: none."""
     found = []
     for table in tables:
         if "{topic}" in table.uri:
             continue  # resolved per topic; a batch's check_table refuses such a table
         existing = load_table(TableLocation.of(table.uri, table.storage_options))
         features = through_delta_spark(existing, table.mode)
+        if overwrite:
+            features += through_delta_spark(existing, "overwrite")
+        features = sorted(set(features))
         if features:
             found.append(f"{table.uri}: {', '.join(features)}")
     return "; ".join(found)
@@ -65,16 +69,21 @@ class LocalEngine:
 
     @classmethod
     def choose(
-        cls, section: SparkSection, table: TableConfig, tables: tuple[TableConfig, ...] = ()
+        cls,
+        section: SparkSection,
+        table: TableConfig,
+        tables: tuple[TableConfig, ...] = (),
+        *,
+        overwrite: bool = False,
     ) -> LocalEngine | None:
         """The local engine when ``[spark] engine`` and the table (and every route's
-        table, ``tables``) allow it."""
+        table, ``tables``) allow it; ``overwrite``: a replay's cut too."""
         if section.engine == "spark":
             return None
 
         cores = local_cores(section.master)
         capable = all(local_capable(t) for t in (table, *tables))
-        spark_only = _spark_only(table, *tables)
+        spark_only = _spark_only(table, *tables, overwrite=overwrite)
         if cores is not None and capable and not spark_only:
             for checked in (table, *tables):  # refused here rather than at a first batch
                 if checked.value_strategy is None:

@@ -109,37 +109,117 @@ class DeltaSparkCommitter:
     ) -> int | None:
         from py4j.protocol import Py4JJavaError
 
-        self._check_log_store(uri)
-        session = self.session._jsparkSession
-        # Delta reads the thread's active session (this thread is the supervisor's, not
-        # one Spark started).
-        self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
+        session = self._session_for(uri)
         try:
             delta_log = self.jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session, uri)
             txn = delta_log.startTransaction()
-            if txn.readVersion() != read_version:
-                log.info(
-                    "%s: the table moved to version %d since version %d was planned on",
-                    uri,
-                    txn.readVersion(),
-                    read_version,
-                )
+            if not self._as_planned(uri, txn, read_version, txns, read_txns):
                 return None
-            for app in sorted(txns):
-                if txn.txnVersion(app) != or_minus_one(read_txns.get(app)):
-                    log.info("%s: txn %s moved since the batch was planned", uri, app)
-                    return None
-            actions = [_add_json(add) for add in adds] + [
-                json.dumps({"txn": {"appId": app, "version": version, "lastUpdated": now_ms()}})
-                for app, version in sorted(txns.items())
-            ]
-            version: int = txn.commit(self._seq(actions), self._append())
+            version: int = txn.commit(self._seq(_actions(adds, txns)), self._write("Append"))
         except Py4JJavaError as exc:
             if self._lost_race(exc):
                 log.info("%s: a Delta Spark commit lost a race: %s", uri, _message(exc))
                 return None
             raise SinkError(f"{uri}: Delta Spark's commit failed: {_message(exc)}") from None
         return version
+
+    @_keeps_active_session
+    def replace(
+        self,
+        uri: str,
+        adds: Sequence[AddAction],
+        txns: Mapping[str, int],
+        *,
+        condition: str,
+        read_version: int,
+        read_txns: Mapping[str, int | None],
+        rows: pa.Table | None = None,
+    ) -> tuple[int, int] | None:
+        """Delta Spark's DELETE of ``condition`` (``DeleteCommand``, as analysed from the
+        statement) run inside this transaction (``performDelete``): it finds the files
+        holding matching rows through the transaction (so a concurrent change of them
+        conflicts), and marks those rows deleted in deletion vectors where the table has
+        them, else rewrites each such file without them, keeping the other rows' row ids
+        and commit versions (row tracking). ``rows`` are written by the transaction's own
+        ``writeFiles``, as Delta Spark's writes do: it fills generated and identity columns
+        and fails on a row that breaks a constraint (the caller made those dead letters).
+        Its actions, ``adds`` and ``txns`` are then one commit: a WRITE in overwrite mode
+        whose predicate is ``condition``."""
+        from py4j.protocol import Py4JJavaError
+
+        session = self._session_for(uri)
+        state = session.sessionState()
+        statement = f"DELETE FROM delta.{_quoted(uri)} WHERE {condition}"
+        try:
+            skip = self.jvm.org.apache.spark.sql.execution.CommandExecutionMode.SKIP()
+            delete = state.executePlan(state.sqlParser().parsePlan(statement), skip).analyzed()
+            if delete.getClass().getName() != f"{_DELTA}.commands.DeleteCommand":
+                raise SinkError(
+                    f"{uri}: Delta Spark planned {delete.getClass().getName()} for the "
+                    "overwrite's DELETE, not its DeleteCommand"
+                )
+            delta_log = delete.deltaLog()
+            txn = delta_log.startTransaction()
+            if not self._as_planned(uri, txn, read_version, txns, read_txns):
+                return None
+            removed = delete.performDelete(session, delta_log, txn)._1()
+            deleted = int(delete.metrics().apply("numDeletedRows").value())
+            listed = self.jvm.java.util.ArrayList(
+                self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(removed)
+            )
+            if rows is not None and rows.num_rows:
+                written = txn.writeFiles(self.session.createDataFrame(rows)._jdf)
+                listed.addAll(self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(written))
+            listed.addAll(self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+                self._seq(_actions(adds, txns))
+            ))  # fmt: skip
+            actions = self.jvm.scala.jdk.javaapi.CollectionConverters.asScala(listed).toSeq()
+            # As DeleteCommand's own commit: row ids kept (a table with row tracking).
+            tracking = getattr(getattr(getattr(self.jvm, _DELTA), "RowTracking$"), "MODULE$")
+            tags = tracking.addPreservedRowTrackingTagIfNotSet(
+                txn.snapshot(), self.jvm.scala.Predef.Map().empty()
+            )
+            version: int = txn.commit(actions, self._write("Overwrite", condition), tags)
+        except Py4JJavaError as exc:
+            if self._lost_race(exc):
+                log.info("%s: a Delta Spark overwrite lost a race: %s", uri, _message(exc))
+                return None
+            raise SinkError(f"{uri}: Delta Spark's overwrite failed: {_message(exc)}") from None
+        log.info("%s: Delta Spark's DELETE took %d rows out of the range", uri, deleted)
+        return version, deleted
+
+    def _session_for(self, uri: str) -> Any:
+        """The session's JVM side, made the thread's active one: Delta reads the thread's
+        active session (this thread is the supervisor's, not one Spark started)."""
+        self._check_log_store(uri)
+        session = self.session._jsparkSession
+        self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
+        return session
+
+    @staticmethod
+    def _as_planned(
+        uri: str,
+        txn: Any,
+        read_version: int,
+        txns: Mapping[str, int],
+        read_txns: Mapping[str, int | None],
+    ) -> bool:
+        """Whether ``txn`` reads the snapshot the batch was planned on: its version, and the
+        txn versions of the batch's app ids (read through ``txn``, so a concurrent commit of
+        the same app ids conflicts)."""
+        if txn.readVersion() != read_version:
+            log.info(
+                "%s: the table moved to version %d since version %d was planned on",
+                uri,
+                txn.readVersion(),
+                read_version,
+            )
+            return False
+        for app in sorted(txns):
+            if txn.txnVersion(app) != or_minus_one(read_txns.get(app)):
+                log.info("%s: txn %s moved since the batch was planned", uri, app)
+                return False
+        return True
 
     @_keeps_active_session
     def merge(self, uri: str, rows: pa.Table, clauses: MergeClauses) -> MergeDone | None:
@@ -268,15 +348,25 @@ class DeltaSparkCommitter:
             listed.add(parse(action))
         return self.jvm.scala.jdk.javaapi.CollectionConverters.asScala(listed).toSeq()
 
-    def _append(self) -> Any:
-        """``DeltaOperations.Write(SaveMode.Append)``: DESCRIBE HISTORY's WRITE."""
+    def _write(self, mode: str, predicate: str | None = None) -> Any:
+        """``DeltaOperations.Write(SaveMode.<mode>, predicate)``: DESCRIBE HISTORY's WRITE."""
         none = self.jvm.scala.Option.empty()
+        where = none if predicate is None else self.jvm.scala.Some(predicate)
         write = getattr(getattr(self.jvm, _DELTA), "DeltaOperations$Write")
-        return write(self.jvm.org.apache.spark.sql.SaveMode.Append, *[none] * 8)
+        save_mode = getattr(self.jvm.org.apache.spark.sql.SaveMode, mode)
+        return write(save_mode, none, where, *[none] * 6)
 
     def _lost_race(self, exc: Any) -> bool:
         lost = self.jvm.java.lang.Class.forName(_LOST_RACE)
         return bool(lost.isInstance(exc.java_exception))
+
+
+def _actions(adds: Sequence[AddAction], txns: Mapping[str, int]) -> list[str]:
+    """The add actions, then one txn action per app id, as Delta's JSON."""
+    return [_add_json(add) for add in adds] + [
+        json.dumps({"txn": {"appId": app, "version": version, "lastUpdated": now_ms()}})
+        for app, version in sorted(txns.items())
+    ]
 
 
 def _add_json(add: AddAction) -> str:

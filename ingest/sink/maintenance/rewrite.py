@@ -4,7 +4,7 @@ Two callers, one mechanism (read the file, mask the rows by (topic, partition,
 offset), write the rest next to it as a new data file with its footer):
 
 * ``cut_ranges``, the overwrite (``ingest replay --overwrite``,
-  ``DeltaTarget.commit_replacing``): every row the table's current snapshot
+  ``overwrite.commit_replacing``): every row the table's current snapshot
   holds in the batch's offset ranges is taken out. Files wholly inside a range
   are removed; files that mix rows inside and outside are removed and rewritten
   without the inside rows. Files whose statistics rule the ranges out are not

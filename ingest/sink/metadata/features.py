@@ -108,7 +108,8 @@ class FeatureRule:
 _INTEROP = "tests/delta/test_interop.py::"
 _THROUGH_SPARK = (
     "; ingest appends to it by committing through Delta Spark's own transaction in the "
-    "driver JVM, and upserts with Delta Spark's MERGE (one per partition), which needs the "
+    "driver JVM, upserts with Delta Spark's MERGE (one per partition) and replaces an "
+    "overwrite's range with Delta Spark's DELETE inside that transaction, which needs the "
     'Spark engine (spark.engine = "auto" picks it for such a table)'
 )
 
@@ -190,8 +191,11 @@ FEATURES: Mapping[str, FeatureRule] = {
         "with a deletion vector must name that vector (PROTOCOL.md, Deletion Vectors: a "
         "logical file is its path and its vector's id); delta-rs 1.6's RemoveAction "
         "(deltalake.transaction) has no deletionVector field, so such a file would stay live "
-        "(upstream limit)",
-        test=_INTEROP + "test_deletion_vectors",
+        "(upstream limit). With the Spark engine the overwrite commits through Delta Spark's "
+        "transaction, whose DELETE of the range marks the rows in deletion vectors "
+        '(spark.engine = "auto" picks it for such a replay)',
+        test="tests/delta/test_overwrite_delta_spark.py::test_overwrite_through_delta_spark",
+        delta_spark=("overwrite",),
     ),
     "changeDataFeed": FeatureRule(
         append=True,
@@ -217,7 +221,7 @@ FEATURES: Mapping[str, FeatureRule] = {
         why='delta-rs 1.6 refuses every write to such a table ("Unsupported table features '
         'required: [VacuumProtocolCheck]", upstream limit)' + _THROUGH_SPARK,
         test=_INTEROP + "test_delta_spark_features",
-        delta_spark=("append", "upsert"),
+        delta_spark=("append", "upsert", "overwrite"),
     ),
     "identityColumns": FeatureRule(
         append=False,
@@ -239,7 +243,7 @@ FEATURES: Mapping[str, FeatureRule] = {
         "write to such a table ('Unsupported table features required: [RowTracking]', upstream "
         "limit)" + _THROUGH_SPARK,
         test=_INTEROP + "test_delta_spark_features",
-        delta_spark=("append", "upsert"),
+        delta_spark=("append", "upsert", "overwrite"),
     ),
     "domainMetadata": FeatureRule(
         append=False,
@@ -250,7 +254,7 @@ FEATURES: Mapping[str, FeatureRule] = {
         "required: [DomainMetadata]', upstream limit); it comes with clustering and row tracking"
         + _THROUGH_SPARK,
         test=_INTEROP + "test_delta_spark_features",
-        delta_spark=("append", "upsert"),
+        delta_spark=("append", "upsert", "overwrite"),
     ),
     "clustering": FeatureRule(
         append=False,
@@ -260,7 +264,7 @@ FEATURES: Mapping[str, FeatureRule] = {
         why="delta-rs 1.6.6 refuses any write to a clustered table ('Unsupported table "
         "features required: [ClusteredTable]', upstream limit)" + _THROUGH_SPARK,
         test=_INTEROP + "test_delta_spark_features",
-        delta_spark=("append", "upsert"),
+        delta_spark=("append", "upsert", "overwrite"),
     ),
     "inCommitTimestamp": FeatureRule(
         append=False,
@@ -271,7 +275,7 @@ FEATURES: Mapping[str, FeatureRule] = {
         "to such a table ('Unsupported table features required: [InCommitTimestamp]', upstream "
         "limit)" + _THROUGH_SPARK,
         test=_INTEROP + "test_delta_spark_features",
-        delta_spark=("append", "upsert"),
+        delta_spark=("append", "upsert", "overwrite"),
     ),
     "v2Checkpoint": FeatureRule(
         append=False,
@@ -282,7 +286,7 @@ FEATURES: Mapping[str, FeatureRule] = {
         "maintain, every delta.checkpointInterval commits) are classic ones without the "
         "checkpointMetadata action of a v2 checkpoint (upstream limit)" + _THROUGH_SPARK,
         test=_INTEROP + "test_delta_spark_features",
-        delta_spark=("append", "upsert"),
+        delta_spark=("append", "upsert", "overwrite"),
     ),
     "variantType": FeatureRule(
         append=False,
@@ -293,7 +297,7 @@ FEATURES: Mapping[str, FeatureRule] = {
         "but does not write to such a table, and pyarrow would write it back without Parquet's "
         "VARIANT annotation (upstream limits)" + _THROUGH_SPARK,
         test=_INTEROP + "test_variant_type",
-        delta_spark=("append", "upsert"),
+        delta_spark=("append", "upsert", "overwrite"),
     ),
     "typeWidening": FeatureRule(
         append=False,
@@ -303,10 +307,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         why="a column's type was widened (its older files hold the narrower type): delta-rs "
         "1.6.6 loads such a table's log but refuses to write to it ('Unsupported table "
         "features required: [TypeWidening]') and its pyarrow reads refuse the reader feature "
-        "(upstream limits); compaction and an overwrite's cut would read the old files "
-        "through them" + _THROUGH_SPARK,
+        "(upstream limits); compaction would read the old files through them" + _THROUGH_SPARK,
         test="tests/delta/test_type_widening.py::test_type_widening",
-        delta_spark=("append", "upsert"),
+        delta_spark=("append", "upsert", "overwrite"),
     ),
 }
 

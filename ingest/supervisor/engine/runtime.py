@@ -42,11 +42,7 @@ from ingest.supervisor.wiring import (
     wanted_space,
     worker_settings,
 )
-from ingest.worker import (
-    EndPosition,
-    StartPosition,
-    WorkerSettings,
-)
+from ingest.worker import EndPosition, StartPosition, WorkerSettings
 
 __all__ = ["EXIT_CONFIG", "EXIT_FAILED", "EXIT_OK", "Engine", "RunOutcome"]
 
@@ -69,6 +65,7 @@ class Engine:
         spark: Any | None = None,
         metrics: Metrics | None = None,
         maintenance: bool = False,
+        overwrite: bool = False,  # replay --overwrite: the tables' cut picks the engine too
     ) -> None:
         # A table by name: the catalog places it first (the Spark engine, started now).
         config, named = resolve_names(config, spark)
@@ -88,6 +85,7 @@ class Engine:
             storage_options=config.table_storage_options(),
             table=self.table,
             tables=self.router.tables(),
+            overwrite=overwrite,
         )
         maintainer = TableMaintainer(config, self.lander.table_maintenance)  # maintainer.py
         self.maintainer = maintainer if maintenance else None  # between batches (ingest run)

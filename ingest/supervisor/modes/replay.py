@@ -168,7 +168,7 @@ def replay_run(
             progress=progress,
         )  # fmt: skip
 
-    return Engine(config, source, spark=spark, metrics=metrics)
+    return Engine(config, source, spark=spark, metrics=metrics, overwrite=overwrite)
 
 
 class ReplaySource:
