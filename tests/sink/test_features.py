@@ -63,8 +63,11 @@ UPSTREAM_REFUSED = {
 }
 
 
-def hand_written_table(tmp_path: Path, feature: str, reader: bool) -> DeltaTable:
-    """A table whose protocol lists ``feature`` alone (a reader feature too with ``reader``)."""
+def hand_written_table(
+    tmp_path: Path, feature: str, reader: bool, configuration: dict[str, str] | None = None
+) -> DeltaTable:
+    """A table whose protocol lists ``feature`` alone (a reader feature too with ``reader``),
+    with ``configuration``."""
     log = tmp_path / "_delta_log"
     log.mkdir()
     schema = {
@@ -87,7 +90,7 @@ def hand_written_table(tmp_path: Path, feature: str, reader: bool) -> DeltaTable
                 "format": {"provider": "parquet", "options": {}},
                 "schemaString": json.dumps(schema),
                 "partitionColumns": [],
-                "configuration": {},
+                "configuration": configuration or {},
                 "createdTime": 1795900000000,
             }
         },
@@ -129,3 +132,14 @@ def test_appends_to_such_a_table_go_through_delta_spark(tmp_path: Path, feature:
     # Compaction goes through Delta Spark's OPTIMIZE (maintain.py), not a batch's commit.
     with pytest.raises(UnsupportedTableFeature, match=f"table feature '{feature}'"):
         check_table(str(tmp_path), table, "compact", delta_spark=True)
+
+
+def test_an_overwrite_delta_spark_cuts_is_refused_with_a_change_feed(tmp_path: Path) -> None:
+    """Delta Spark's DELETE writes change data files for the rows it cuts; a commit with
+    such files is read from them alone, and ingest writes none for the replayed rows: they
+    would be missing from the feed."""
+    feed = {"delta.enableChangeDataFeed": "true"}
+    table = hand_written_table(tmp_path, "deletionVectors", reader=True, configuration=feed)
+    check_table(str(tmp_path), table, "append")
+    with pytest.raises(UnsupportedTableFeature, match="'changeDataFeed'.*deletionVectors"):
+        check_table(str(tmp_path), table, "overwrite", delta_spark=True)

@@ -446,6 +446,16 @@ def check_table(uri: str, table: DeltaTable | None, use: Use, *, delta_spark: bo
             )
         elif not rule.allows(use, delta_spark=delta_spark):
             problems.append(f"table feature '{name}' ({how}): {rule.why}")
+    feed = active_features(table).get("changeDataFeed")
+    spark_cut = through_delta_spark(table, "overwrite") or rows_through_delta_spark(table)
+    if use == "overwrite" and feed is not None and spark_cut:
+        problems.append(
+            f"table feature 'changeDataFeed' ({feed}) with {', '.join(spark_cut)}: the cut "
+            "would be Delta Spark's DELETE, which records the range's deletes in change data "
+            "files, and a commit with change data files is read from them alone, so the "
+            "replayed rows would be missing from the change feed (ingest writes no change "
+            "data files for them)"
+        )
     if problems:
         doing = {
             "append": "append to this table",
