@@ -54,6 +54,7 @@ CASES = {
         "delta.checkpointInterval": "2",
         "delta.feature.vacuumProtocolCheck": "supported",
         "delta.enableTypeWidening": "true",
+        "delta.enableChangeDataFeed": "true",
     },
     "rewrite": {**_BASE, "delta.enableDeletionVectors": "false"},
 }
@@ -175,7 +176,23 @@ def test_overwrite_through_delta_spark(
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").collect()[0]
     assert detail.clusteringColumns == ["id"]
 
-    if case == "deletion-vectors":  # Spark's widened and VARIANT values as they were
+    if case == "deletion-vectors":
+        # The change feed of the replay: the range's old rows deleted, the topic's inserted.
+        changes = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", replayed_version)
+            .option("endingVersion", replayed_version)
+            .load(str(table))
+            .select("_change_type", "partition", "offset")
+            .collect()
+        )
+        kinds = sorted((r[0], r[1], r[2]) for r in changes)
+        old_rows = sorted(inside - DELETED_INSIDE)
+        assert kinds == sorted(
+            [("delete", p, o) for p, o in old_rows] + [("insert", p, o) for p, o in inside]
+        )
+        # Spark's widened and VARIANT values as they were.
         filled = spark.sql(
             f"SELECT id, n, to_json(doc) FROM delta.`{table}` WHERE n IS NOT NULL "
             "OR doc IS NOT NULL"

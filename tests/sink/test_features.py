@@ -69,7 +69,7 @@ def hand_written_table(
     """A table whose protocol lists ``feature`` alone (a reader feature too with ``reader``),
     with ``configuration``."""
     log = tmp_path / "_delta_log"
-    log.mkdir()
+    log.mkdir(parents=True)
     schema = {
         "type": "struct",
         "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}],
@@ -134,12 +134,17 @@ def test_appends_to_such_a_table_go_through_delta_spark(tmp_path: Path, feature:
         check_table(str(tmp_path), table, "compact", delta_spark=True)
 
 
-def test_an_overwrite_delta_spark_cuts_is_refused_with_a_change_feed(tmp_path: Path) -> None:
-    """Delta Spark's DELETE writes change data files for the rows it cuts; a commit with
-    such files is read from them alone, and ingest writes none for the replayed rows: they
-    would be missing from the feed."""
+def test_an_overwrite_delta_spark_rewrites_is_refused_with_a_change_feed(tmp_path: Path) -> None:
+    """Delta Spark's DELETE, rewriting files (no deletion vectors), writes change data files
+    for the rows it cuts; a commit with such files is read from them alone, and ingest
+    writes none for the replayed rows: they would be missing from the feed. With deletion
+    vectors on, the DELETE marks rows and the feed is read from the commit's actions
+    (``tests/delta/test_overwrite_delta_spark.py`` reads it)."""
     feed = {"delta.enableChangeDataFeed": "true"}
-    table = hand_written_table(tmp_path, "deletionVectors", reader=True, configuration=feed)
-    check_table(str(tmp_path), table, "append")
-    with pytest.raises(UnsupportedTableFeature, match="'changeDataFeed'.*deletionVectors"):
+    table = hand_written_table(tmp_path / "off", "rowTracking", reader=False, configuration=feed)
+    check_table(str(tmp_path), table, "append", delta_spark=True)
+    with pytest.raises(UnsupportedTableFeature, match=r"'changeDataFeed'.*no deletion vectors"):
         check_table(str(tmp_path), table, "overwrite", delta_spark=True)
+    on = {**feed, "delta.enableDeletionVectors": "true"}
+    table = hand_written_table(tmp_path / "on", "deletionVectors", reader=True, configuration=on)
+    check_table(str(tmp_path), table, "overwrite", delta_spark=True)

@@ -162,18 +162,24 @@ class DeltaSparkCommitter:
             txn = delta_log.startTransaction()
             if not self._as_planned(uri, txn, read_version, txns, read_txns):
                 return None
-            removed = delete.performDelete(session, delta_log, txn)._1()
+            converters = self.jvm.scala.jdk.javaapi.CollectionConverters
+            removed = converters.asJava(delete.performDelete(session, delta_log, txn)._1())
+            cdc = self.jvm.java.lang.Class.forName(f"{_DELTA}.actions.AddCDCFile")
+            if any(cdc.isInstance(action) for action in removed):
+                # check_table refuses such a table (a change feed, no deletion vectors).
+                raise SinkError(
+                    f"{uri}: Delta Spark's DELETE wrote change data files, and ingest writes "
+                    "none for the replayed rows: the change feed would miss them"
+                )
             deleted = int(delete.metrics().apply("numDeletedRows").value())
-            listed = self.jvm.java.util.ArrayList(
-                self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(removed)
-            )
+            listed = self.jvm.java.util.ArrayList(removed)
             if rows is not None and rows.num_rows:
                 written = txn.writeFiles(self.session.createDataFrame(rows)._jdf)
-                listed.addAll(self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(written))
-            listed.addAll(self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+                listed.addAll(converters.asJava(written))
+            listed.addAll(converters.asJava(
                 self._seq(_actions(adds, txns))
             ))  # fmt: skip
-            actions = self.jvm.scala.jdk.javaapi.CollectionConverters.asScala(listed).toSeq()
+            actions = converters.asScala(listed).toSeq()
             # As DeleteCommand's own commit: row ids kept (a table with row tracking).
             tracking = getattr(getattr(getattr(self.jvm, _DELTA), "RowTracking$"), "MODULE$")
             tags = tracking.addPreservedRowTrackingTagIfNotSet(

@@ -448,13 +448,15 @@ def check_table(uri: str, table: DeltaTable | None, use: Use, *, delta_spark: bo
             problems.append(f"table feature '{name}' ({how}): {rule.why}")
     feed = active_features(table).get("changeDataFeed")
     spark_cut = through_delta_spark(table, "overwrite") or rows_through_delta_spark(table)
-    if use == "overwrite" and feed is not None and spark_cut:
+    vectors = _true(table.metadata().configuration, "delta.enableDeletionVectors")
+    if use == "overwrite" and feed is not None and spark_cut and not vectors:
         problems.append(
-            f"table feature 'changeDataFeed' ({feed}) with {', '.join(spark_cut)}: the cut "
-            "would be Delta Spark's DELETE, which records the range's deletes in change data "
-            "files, and a commit with change data files is read from them alone, so the "
-            "replayed rows would be missing from the change feed (ingest writes no change "
-            "data files for them)"
+            f"table feature 'changeDataFeed' ({feed}) with {', '.join(spark_cut)} and no "
+            "deletion vectors: the cut would be Delta Spark's DELETE rewriting files, which "
+            "records the range's deletes in change data files; a commit with such files is "
+            "read from them alone, and ingest writes none for the replayed rows, which would "
+            "be missing from the change feed. With delta.enableDeletionVectors the DELETE "
+            "marks rows instead, and the feed is read from the commit's files and vectors"
         )
     if problems:
         doing = {
