@@ -42,6 +42,8 @@ Every exception the package raises on purpose derives from ``IngestError``::
     │   ├── UnsupportedTableFeature  the table uses a Delta feature ingest cannot honour for
     │   │                            the write asked; refused before writing
     │   │                            (ingest/sink/metadata/features.py)
+    │   ├── UncommittedError         a commit failed before it reached the table's log:
+    │   │                            nothing of it is in the table, its files may go
     │   ├── SparkStartError          the Spark session did not start (its JVM exited or never
     │   │                            answered): no later batch can land in this process
     │   └── SparkClusterLost         a standalone cluster's batch had no executor for
@@ -224,6 +226,12 @@ class RemoteProtocolError(GroupProtocolError):
 
 class SinkError(IngestError):
     """Writing to or committing the Delta table failed."""
+
+
+class UncommittedError(SinkError):
+    """A commit failed before it reached the table's log (Delta Spark's planning of an
+    overwrite's DELETE, a row its writer refused): nothing of it is in the table, so the
+    caller may delete the files it would have added."""
 
 
 class SparkStartError(SinkError):

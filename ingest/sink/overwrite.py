@@ -28,7 +28,9 @@ The loop, until the commit lands or gives up (as ``DeltaTarget.commit_files``):
    A lost race backs off and goes to 1.
 
 A commit that gives up deletes the files it would have added (and the rewritten ones),
-unless its outcome is unknown.
+unless its outcome is unknown. Files Delta Spark wrote for an attempt that lost its race or
+failed before committing (deletion vectors, rewritten files, rows it wrote) are left to
+VACUUM, as Delta Spark's own DELETE leaves them.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from deltalake import Schema
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from ingest.errors import SinkError
+from ingest.errors import SinkError, UncommittedError
 from ingest.faults import fault_point
 from ingest.protocol.partition import Partition
 from ingest.sink.delta import CommitOutcome, DeltaTarget
@@ -115,22 +117,28 @@ def commit_replacing(
             except CommitFailedError:
                 target.backoff(attempt)
                 continue
-            rewrite.check_written(uri, table, pending, schema, mapping)
+            # Files of ours on a table that now wants its rows checked or filled by Delta
+            # Spark (a constraint added since planning): the batch is redone.
+            rewrite.check_written(uri, table, pending, schema, mapping, appending=rows is None)
             target.check_files(pending)
             if committer is not None:
-                in_doubt = True
                 # The rewrite guard too: a delta-rs compaction of a table with deletion
                 # vectors conflicts with this cut (txn.guard_transaction).
                 guard = table.transaction_version(REWRITE_GUARD)
-                done = committer.replace(
-                    uri,
-                    [f.add_action() for f in pending],
-                    {**wanted, REWRITE_GUARD: or_minus_one(guard) + 1},
-                    condition=range_condition(ranges),
-                    read_version=table.version(),
-                    read_txns={**current, REWRITE_GUARD: guard},
-                    rows=rows,
-                )
+                in_doubt = True
+                try:
+                    done = committer.replace(
+                        uri,
+                        [f.add_action() for f in pending],
+                        {**wanted, REWRITE_GUARD: or_minus_one(guard) + 1},
+                        condition=range_condition(ranges),
+                        read_version=table.version(),
+                        read_txns={**current, REWRITE_GUARD: guard},
+                        rows=rows,
+                    )
+                except UncommittedError:
+                    in_doubt = False
+                    raise
                 if done is None:
                     in_doubt = False
                     target.backoff(attempt)

@@ -145,11 +145,13 @@ def spark(pytestconfig: pytest.Config) -> Iterator[Any]:
     session = local_spark_session()
     pytestconfig.stash[_SPARK_KEY] = session
     yield session
+    reported = pytestconfig.stash.get(_SPARK_KEY, None) is None  # by the test that broke it
     pytestconfig.stash[_SPARK_KEY] = None
     broken = _spark_broken(session)
-    if broken is not None:
+    if broken is None:
+        session.stop()
+    elif not reported:
         pytest.fail(f"the suite's Spark session {broken} before the end of the test session")
-    session.stop()
 
 
 _SPARK_KEY = pytest.StashKey[Any]()

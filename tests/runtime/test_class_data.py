@@ -151,6 +151,11 @@ assert engine.get().sparkContext is first.sparkContext
 engine.stop()
 print("after-stop", jvm.poll(), first.range(3).count(), flush=True)
 first.stop()
+# No session runs now, though its JVM does: an engine's new session there is its own.
+later = SparkEngine(SparkSection(master="local[1]", class_data_sharing=True))
+assert later.get().range(2).count() == 2
+later.stop()
+print("later-stopped", SparkContext._active_spark_context is None, jvm.poll(), flush=True)
 """
 
 
@@ -159,7 +164,8 @@ def test_an_engine_that_joins_a_running_session_leaves_it_to_its_starter(tmp_pat
     """An engine started in a process that already runs a session (a test's shared one, an
     embedding program's) batches on it, and its stop neither stops that session nor makes
     its JVM exit to record a class-data archive (an engine did both: the suite's shared
-    session was dead from then on)."""
+    session was dead from then on). Once that session is stopped, a later engine's session
+    (on the same JVM) is its own, and its stop stops it."""
     done = subprocess.run(
         [sys.executable, "-c", JOINER],
         cwd=ROOT,
@@ -170,4 +176,5 @@ def test_an_engine_that_joins_a_running_session_leaves_it_to_its_starter(tmp_pat
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "after-stop None 3" in done.stdout.splitlines(), done.stdout
+    assert "later-stopped True None" in done.stdout.splitlines(), done.stdout
     assert not list(tmp_path.glob("ingest/jvm/*"))  # nothing recorded, nothing begun

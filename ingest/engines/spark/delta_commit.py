@@ -35,7 +35,7 @@ import pyarrow as pa
 from deltalake.transaction import AddAction
 
 from ingest.engines.spark.catalog import CatalogTables
-from ingest.errors import SinkError
+from ingest.errors import SinkError, UncommittedError
 from ingest.sink.txn import MergeClauses, MergeDone, now_ms, or_minus_one
 
 __all__ = ["DeltaSparkCommitter"]
@@ -147,14 +147,19 @@ class DeltaSparkCommitter:
         whose predicate is ``condition``."""
         from py4j.protocol import Py4JJavaError
 
-        session = self._session_for(uri)
+        # A session of its own: Delta's DELETE reads the session's idempotent-write confs
+        # (txnAppId), which a session ingest joined may hold.
+        self._check_log_store(uri)
+        own = self._merge_session()
+        session = own._jsparkSession
         state = session.sessionState()
         statement = f"DELETE FROM delta.{_quoted(uri)} WHERE {condition}"
+        converters = self.jvm.scala.jdk.javaapi.CollectionConverters
         try:
             skip = self.jvm.org.apache.spark.sql.execution.CommandExecutionMode.SKIP()
             delete = state.executePlan(state.sqlParser().parsePlan(statement), skip).analyzed()
             if delete.getClass().getName() != f"{_DELTA}.commands.DeleteCommand":
-                raise SinkError(
+                raise UncommittedError(
                     f"{uri}: Delta Spark planned {delete.getClass().getName()} for the "
                     "overwrite's DELETE, not its DeleteCommand"
                 )
@@ -162,35 +167,41 @@ class DeltaSparkCommitter:
             txn = delta_log.startTransaction()
             if not self._as_planned(uri, txn, read_version, txns, read_txns):
                 return None
-            converters = self.jvm.scala.jdk.javaapi.CollectionConverters
             removed = converters.asJava(delete.performDelete(session, delta_log, txn)._1())
-            cdc = self.jvm.java.lang.Class.forName(f"{_DELTA}.actions.AddCDCFile")
-            if any(cdc.isInstance(action) for action in removed):
+            if int(delete.metrics().apply("numAddedChangeFiles").value()):
                 # check_table refuses such a table (a change feed, no deletion vectors).
-                raise SinkError(
+                raise UncommittedError(
                     f"{uri}: Delta Spark's DELETE wrote change data files, and ingest writes "
                     "none for the replayed rows: the change feed would miss them"
                 )
             deleted = int(delete.metrics().apply("numDeletedRows").value())
             listed = self.jvm.java.util.ArrayList(removed)
             if rows is not None and rows.num_rows:
-                written = txn.writeFiles(self.session.createDataFrame(rows)._jdf)
-                listed.addAll(converters.asJava(written))
-            listed.addAll(converters.asJava(
-                self._seq(_actions(adds, txns))
-            ))  # fmt: skip
-            actions = converters.asScala(listed).toSeq()
+                frame = _cast_to(own.createDataFrame(rows), txn.metadata().schema().json())
+                listed.addAll(converters.asJava(txn.writeFiles(frame._jdf)))
+            listed.addAll(converters.asJava(self._seq(_actions(adds, txns))))
             # As DeleteCommand's own commit: row ids kept (a table with row tracking).
             tracking = getattr(getattr(getattr(self.jvm, _DELTA), "RowTracking$"), "MODULE$")
             tags = tracking.addPreservedRowTrackingTagIfNotSet(
                 txn.snapshot(), self.jvm.scala.Predef.Map().empty()
             )
-            version: int = txn.commit(actions, self._write("Overwrite", condition), tags)
+        except Py4JJavaError as exc:  # nothing committed yet
+            if self._lost_race(exc):
+                log.info("%s: a Delta Spark overwrite lost a race: %s", uri, _message(exc))
+                return None
+            raise UncommittedError(
+                f"{uri}: Delta Spark's overwrite failed: {_message(exc)}"
+            ) from None
+        try:
+            operation = self._write("Overwrite", condition)
+            version: int = txn.commit(converters.asScala(listed).toSeq(), operation, tags)
         except Py4JJavaError as exc:
             if self._lost_race(exc):
                 log.info("%s: a Delta Spark overwrite lost a race: %s", uri, _message(exc))
                 return None
-            raise SinkError(f"{uri}: Delta Spark's overwrite failed: {_message(exc)}") from None
+            raise SinkError(
+                f"{uri}: Delta Spark's overwrite commit failed: {_message(exc)}"
+            ) from None
         log.info("%s: Delta Spark's DELETE took %d rows out of the range", uri, deleted)
         return version, deleted
 
@@ -301,8 +312,8 @@ class DeltaSparkCommitter:
         return labels
 
     def _merge_session(self) -> Any:
-        """A session of its own for MERGEs: the txn confs a MERGE takes are the session's,
-        and ``lastCommitVersionInSession`` then names this MERGE's commit."""
+        """A session of its own for MERGEs and overwrites: the txn confs a MERGE takes are
+        the session's, and ``lastCommitVersionInSession`` then names this MERGE's commit."""
         if self._merges is None:
             self._merges = self.session.newSession()
         self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._merges._jsparkSession)
@@ -365,6 +376,23 @@ class DeltaSparkCommitter:
     def _lost_race(self, exc: Any) -> bool:
         lost = self.jvm.java.lang.Class.forName(_LOST_RACE)
         return bool(lost.isInstance(exc.java_exception))
+
+
+def _cast_to(frame: Any, schema_json: str) -> Any:
+    """``frame``'s columns cast to the table's types (``schema_json``, its logical schema),
+    as a MERGE's insert casts: ``writeFiles`` writes the types it is given."""
+    from pyspark.sql.functions import col
+    from pyspark.sql.types import StructType
+
+    table = {f.name.lower(): f.dataType for f in StructType.fromJson(json.loads(schema_json))}
+    return frame.select(
+        *(
+            col(_quoted(name)).cast(table[name.lower()]).alias(name)
+            if name.lower() in table
+            else col(_quoted(name))
+            for name in frame.columns
+        )
+    )
 
 
 def _actions(adds: Sequence[AddAction], txns: Mapping[str, int]) -> list[str]:

@@ -192,8 +192,8 @@ def start_session(
     environment: dict[str, str] | None = None,
 ) -> tuple[Any, bool]:
     """This process's session with ingest's settings and ``[spark]``, and whether this call
-    launched its JVM (else it joined the session already running in the process, which
-    stays its starter's to stop). A launched JVM maps or records ``archive``'s class data;
+    started it (else it joined the session already running in the process, which stays its
+    starter's to stop). A JVM launched here maps or records ``archive``'s class data;
     ``light_jit``
     (for sessions whose rows never enter the JVM) compiles with C1 only; ``environment``:
     Delta's and S3A's settings (``ingest.spark_env.session_settings``). The user's
@@ -226,7 +226,12 @@ def start_session(
         if conf.get(key) and settings.get(key):
             conf[key] = f"{settings[key]}:{conf[key]}"
     with SparkContext._lock:  # as the builder's own check-then-start
-        launch = SparkContext._active_spark_context is None and SparkContext._gateway is None
+        # A stopped session's JVM may still run (a new context starts on it) or have exited.
+        gateway = getattr(SparkContext._gateway, "proc", None)
+        if SparkContext._active_spark_context is None and gateway and gateway.poll() is not None:
+            SparkContext._gateway = SparkContext._jvm = None
+        start = SparkContext._active_spark_context is None
+        launch = start and SparkContext._gateway is None
         if launch:  # the JVM's options count only for a JVM launched here
             ours = [archive.java_options() if archive else "", LIGHT_JIT if light_jit else ""]
             user = conf.get("spark.driver.extraJavaOptions", "")
@@ -235,20 +240,17 @@ def start_session(
                 conf["spark.driver.extraJavaOptions"] = options
         settings.update(conf)
         # Credentials never go on the JVM's command line (pyspark launches it with every
-        # setting as --conf k=v, which any local user reads in /proc): handed over once it
-        # runs.
+        # setting as --conf k=v, which any local user reads in /proc): handed over later.
         secrets = {k: v for k, v in settings.items() if secret_setting(k)}
         settings = {k: v for k, v in settings.items() if k not in secrets}
-        if launch:
-            # Our JVM, its output relayed into the log (jvmlog.py); the builder then
-            # finds this context.
+        if launch:  # its output relayed into the log (jvmlog.py); the builder finds it
             spark_conf = SparkConf().setAll(list(settings.items()))
             SparkContext(conf=spark_conf, gateway=_launch_relayed(spark_conf))
     builder_map: dict[str, bool | float | int | str | None] = dict(settings)
     session = SparkSession.builder.config(map=builder_map).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     hand_over(session, secrets)
-    return session, launch
+    return session, start
 
 
 def secret_setting(key: str) -> bool:
@@ -415,13 +417,13 @@ class SparkEngine:
             if self._owned:
                 classpath = environment["spark.driver.extraClassPath"]
                 self._archive = ClassDataArchive.for_section(self.section, classpath=classpath)
-            session, launched = start_session(
+            session, started = start_session(
                 self.section,
                 archive=self._archive,
                 light_jit=not self.transform,
                 environment=environment,
             )
-            if self._owned and not launched:
+            if self._owned and not started:
                 # A session already ran in this process (a test's, an embedding
                 # program's): batches use it, and its starter stops it, not this engine.
                 log.info("spark: joined the session already running in this process")

@@ -13,14 +13,15 @@ delta-rs 1.6.6 (tests/delta/test_interop.py):
   appended files would lack the generated and identity values and nobody would check the
   rows. With the Spark engine the batch's rows are checked with Delta Spark (a row that
   breaks a constraint becomes a dead letter naming it) and written by Delta Spark, an
-  insert-only MERGE per partition with its txn (``ingest/sink/inserts.py``). A delta-rs
-  MERGE computes generated columns and checks constraints (upserts; identity columns and
-  invariants upsert through Delta Spark's MERGE).
+  insert-only MERGE per partition with its txn (``ingest/sink/inserts.py``); an
+  overwrite's by its transaction's ``writeFiles``. A delta-rs MERGE computes generated
+  columns and checks constraints (upserts; identity and invariants: Delta Spark's MERGE).
 - deletion vectors: appends add new files (no vector needed), a delta-rs MERGE
   honours the vectors of the files it rewrites (no deleted row comes back).
   Compaction (``maintenance/compact.py``) leaves every file with a vector as it is
-  and compacts the others. An overwrite's cut (``maintenance/rewrite.py``) is
-  refused: delta-rs's remove action cannot name the vector of the file it removes.
+  and compacts the others. An overwrite's cut cannot go through delta-rs, whose remove
+  action cannot name the vector of the file it removes: with the Spark engine it is
+  Delta Spark's DELETE inside Delta Spark's transaction (``ingest/sink/overwrite.py``).
 - change data feed: appends need no cdc files (readers derive inserts from adds);
   a delta-rs MERGE writes update pre/post images and deletes.
 - appendOnly (``delta.appendOnly = true``): an upsert's MERGE removes files; it is
