@@ -35,9 +35,11 @@ from tests.delta.interop_support import (
     spark_schema,
     topic_records,
 )
-from tests.runtime.support import config, write_config
+from tests.runtime.support import Cli, config, write_config
 
 pytestmark = pytest.mark.spark
+
+RUN_TIMEOUT = 240.0
 
 _BASE = {
     "delta.columnMapping.mode": "name",
@@ -277,3 +279,39 @@ def test_an_overwrite_delta_spark_writes_checks_and_fills_the_rows(
     (info,) = [a["commitInfo"] for a in _log_actions(table, version) if "commitInfo" in a]
     assert info["operationParameters"]["mode"] == "Overwrite"
     assert DeltaTable(str(table)).version() == version
+
+
+def test_ingest_replay_overwrite_cuts_a_deletion_vector_table_on_spark(
+    broker: KafkaCluster, spark: Any, tmp_path: Path
+) -> None:
+    """The command, with default settings, on a table whose only feature is deletion
+    vectors: its appends ran on the local engine; `ingest replay --overwrite` picks Spark
+    for the cut, and the range is the topic's again, once."""
+    topic = unique_name("t-overwrite-cli")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce(broker.bootstrap, topic, topic_records())
+    table = tmp_path / "table"
+    create_spark_table(spark, table, properties={"delta.enableDeletionVectors": "true"})
+    path = write_config(
+        tmp_path / "cli.toml",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        group=unique_name("g-overwrite-cli"),
+        table=table,
+        sections={"table.value": {"format": "json", "schema": VALUE_SCHEMA}},
+    )
+    first = Cli(["run", "--until-end", "--config", str(path)], tmp_path / "run.log")
+    assert first.wait(RUN_TIMEOUT) == 0, first.text()[-4000:]
+    assert "batches run on the local engine" in first.text()
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE {_where(DELETED_INSIDE | DELETED_OUTSIDE)}")
+
+    args = ["replay", "--from", "10", "--to", "30", "--partitions", "0", "--overwrite"]
+    replay = Cli([*args, "--config", str(path)], tmp_path / "replay.log")
+    assert replay.wait(RUN_TIMEOUT) == 0, replay.text()[-4000:]
+    assert "batches run on the local engine" not in replay.text()
+    cut = 20 - len(DELETED_INSIDE)  # the range's rows the table still held
+    assert f"Delta Spark's DELETE took {cut} rows out of the range" in replay.text()
+    held = [(p, o) for p, o in spark_rows(spark, table, "partition, offset")]
+    every = {(n % 2, n // 2) for n in range(COUNT)}
+    assert len(held) == len(set(held))
+    assert set(held) == {(-1, i) for i in SPARK_IDS} | every - DELETED_OUTSIDE
