@@ -62,6 +62,18 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, /proc/<pid>/stat field 22), or
+    None when no such process runs: with the pid, it names one process, since a pid is
+    reused once its process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            # The command name may hold spaces and parentheses: the fields after it.
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class ManagedProcess:
     """One server process with a persistent log file."""
 
@@ -79,6 +91,7 @@ class ManagedProcess:
         self.log_path = log_path
         self.cwd = cwd
         self.popen: subprocess.Popen[bytes] | None = None
+        self._started: int | None = None  # start_time of the process group's leader
 
     @property
     def pid(self) -> int | None:
@@ -104,6 +117,7 @@ class ManagedProcess:
                 )
             except OSError as exc:
                 raise HarnessError(f"cannot start {self.name}: {exc}") from exc
+        self._started = start_time(self.popen.pid)
         STARTED_PIDS.append(self.popen.pid)
         _LIVE.add(self)
 
@@ -113,7 +127,16 @@ class ManagedProcess:
     def send_signal(self, sig: int) -> None:
         if self.popen is None:
             raise HarnessError(f"{self.name} was never started")
-        with contextlib.suppress(ProcessLookupError):
+        self._signal_group(sig)
+
+    def _signal_group(self, sig: int) -> None:
+        """Signals the process group, unless its id is another process's now: the group
+        ended, and a process started since (a group leader) took the pid."""
+        assert self.popen is not None
+        now = start_time(self.popen.pid)
+        if now is not None and now != self._started:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, sig)
 
     def stop(self, *, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
@@ -128,9 +151,9 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 self.send_signal(signal.SIGKILL)
                 self.popen.wait(10)
-        # The group may hold children that outlived the leader.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
+        # The group may hold children that outlived the leader (while it does, the kernel
+        # gives its id to no new process).
+        self._signal_group(signal.SIGKILL)
         return self.popen.returncode
 
     def kill(self) -> None:

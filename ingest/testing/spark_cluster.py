@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from ingest.embedded.managed import ManagedProcess, free_port, wait_until
+from ingest.embedded.managed import ManagedProcess, free_port, start_time, wait_until
 from ingest.errors import HarnessError
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class SparkCluster:
             ]
             self.workers.append(self._process(f"worker-{index}", WORKER_CLASS, argv, env, on))
         # Descendants seen while running: what ``stop`` must not leave behind.
-        self._seen: dict[int, set[int]] = {}
+        self._seen: dict[int, set[tuple[int, int]]] = {}
 
     @property
     def master_url(self) -> str:
@@ -332,24 +332,31 @@ class SparkCluster:
         theirs still alive. Keeps the logs."""
         for process in [*self.workers, self.master]:
             self._stop(process)
-        for pids in self._seen.values():
-            for pid in pids:
-                if alive(pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+        # Each remembered with its start time: a pid another process took since is not ours.
+        seen = [(pid, started) for pids in self._seen.values() for pid, started in pids]
+        for pid, started in seen:
+            if alive(pid) and start_time(pid) == started:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+        def left() -> list[int]:
+            return sorted(p for p, t in seen if alive(p) and start_time(p) == t)
+
         deadline = time.monotonic() + self.stop_timeout
-        while time.monotonic() < deadline and any(
-            alive(pid) for pids in self._seen.values() for pid in pids
-        ):
+        while time.monotonic() < deadline and left():
             time.sleep(0.05)
-        left = sorted(pid for pids in self._seen.values() for pid in pids if alive(pid))
+        still = left()
         self._seen.clear()
-        if left:
-            raise HarnessError(f"processes of the Spark cluster outlived its stop: {left}")
+        if still:
+            raise HarnessError(f"processes of the Spark cluster outlived its stop: {still}")
 
     def _remember(self, process: ManagedProcess) -> None:
         if process.pid is not None and process.running():
-            self._seen.setdefault(process.pid, set()).update(descendants(process.pid))
+            self._seen.setdefault(process.pid, set()).update(
+                (pid, started)
+                for pid in descendants(process.pid)
+                if (started := start_time(pid)) is not None
+            )
 
     def _stop(self, process: ManagedProcess) -> None:
         self._remember(process)

@@ -4,9 +4,11 @@ processes is left running."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,26 @@ def test_no_broker_or_s3_process_survives_a_session(tmp_path: Path) -> None:
     # forgotten Tansu
     assert len(pids) == 6
     assert [pid for pid in pids if pid_alive(pid)] == []
+
+
+def test_a_group_whose_id_another_process_took_is_not_signalled(tmp_path: Path) -> None:
+    """A server's process group is signalled by its leader's pid. Once the group has ended,
+    the kernel may give that pid to a new process, itself a group leader (every server the
+    harness starts is one): a late stop must not kill it. Here the "new process" is the
+    same pid with another start time, as start_time would read it after reuse."""
+    from ingest.embedded.managed import ManagedProcess, start_time
+
+    server = ManagedProcess("sleeper", ["sleep", "60"], dict(os.environ), tmp_path / "log")
+    server.start()
+    assert server.pid is not None and start_time(server.pid) is not None
+    own = server._started
+    try:
+        server._started = (own or 0) + 1  # as if server.pid were now another process's
+        server.send_signal(signal.SIGKILL)
+        time.sleep(0.2)
+        assert server.running() and pid_alive(server.pid)
+    finally:
+        server._started = own
+    server.send_signal(signal.SIGKILL)  # its own start time: the group is its
+    server.popen.wait(10)  # type: ignore[union-attr]
+    assert not server.running()
