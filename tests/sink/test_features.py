@@ -148,3 +148,14 @@ def test_an_overwrite_delta_spark_rewrites_is_refused_with_a_change_feed(tmp_pat
     on = {**feed, "delta.enableDeletionVectors": "true"}
     table = hand_written_table(tmp_path / "on", "deletionVectors", reader=True, configuration=on)
     check_table(str(tmp_path), table, "overwrite", delta_spark=True)
+
+
+def test_an_append_only_table_refuses_an_overwrite_up_front(tmp_path: Path) -> None:
+    """An overwrite's cut removes files with rows in them, which delta.appendOnly forbids:
+    delta-rs failed every attempt of such a commit ("no commit after N attempts")."""
+    only = {"delta.appendOnly": "true"}
+    table = hand_written_table(tmp_path, "appendOnly", reader=False, configuration=only)
+    check_table(str(tmp_path), table, "append")
+    for use in ("upsert", "overwrite"):
+        with pytest.raises(UnsupportedTableFeature, match=r"'appendOnly'.*forbids removes"):
+            check_table(str(tmp_path), table, use, delta_spark=True)  # type: ignore[arg-type]

@@ -128,9 +128,9 @@ FEATURES: Mapping[str, FeatureRule] = {
         append=True,
         upsert=False,
         compact=True,
-        overwrite=True,
-        why="delta.appendOnly = true forbids the MERGE's removes (delta-rs then only fails "
-        "its commits)",
+        overwrite=False,
+        why="delta.appendOnly = true forbids removes: a MERGE's, an overwrite's cut's "
+        "(delta-rs then only fails its commits)",
         test=_INTEROP + "test_refusals_name_the_feature",
     ),
     "invariants": FeatureRule(
