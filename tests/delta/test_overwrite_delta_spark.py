@@ -120,25 +120,7 @@ def test_overwrite_through_delta_spark(
     assert set(before) == {(-1, i) for i in SPARK_IDS} | every - DELETED_INSIDE - DELETED_OUTSIDE
     replayed_version = DeltaTable(str(table)).version() + 1
 
-    path = write_config(
-        tmp_path / "replay.toml",
-        bootstrap=broker.bootstrap,
-        topic=topic,
-        group=group,
-        table=table,
-        sections={
-            "table.value": {"format": "json", "schema": VALUE_SCHEMA},
-            "maintenance": {"enabled": False},
-        },
-    )
-    replayed = replay_run(
-        config(path),
-        start=parse_position("10", "--from"),
-        end=parse_position("30", "--to"),
-        partitions=[0],
-        overwrite=True,
-        spark=spark,
-    ).run()
+    replayed = _replay(broker, spark, tmp_path, topic, table, group)
     assert replayed.exit_code == 0, replayed.message
 
     # Exactly once: the range whole again, the deletes outside it kept, Spark's rows kept.
@@ -204,13 +186,16 @@ def test_overwrite_through_delta_spark(
     assert len(spark_rows(spark, table, "id")) == len(held) + 1
 
 
-def _replay(broker: KafkaCluster, spark: Any, tmp_path: Path, topic: str, table: Path) -> Any:
-    """``ingest replay --overwrite --from 10 --to 30 --partitions 0``, on the session."""
+def _replay(
+    broker: KafkaCluster, spark: Any, tmp_path: Path, topic: str, table: Path, group: str
+) -> Any:
+    """``ingest replay --overwrite --from 10 --to 30 --partitions 0`` as ``group`` (whose
+    app ids the txns are), on the session."""
     path = write_config(
         tmp_path / "replay.toml",
         bootstrap=broker.bootstrap,
         topic=topic,
-        group=unique_name("g-replay"),
+        group=group,
         table=table,
         sections={
             "table.value": {"format": "json", "schema": VALUE_SCHEMA},
@@ -251,13 +236,9 @@ def test_an_overwrite_delta_spark_writes_checks_and_fills_the_rows(
         for n in range(COUNT)
         if n % IDS >= 30
     )
+    group = unique_name("g-overwrite")
     outcome = run(
-        spark,
-        tmp_path,
-        bootstrap=broker.bootstrap,
-        topic=topic,
-        table=table,
-        group=unique_name("g-overwrite"),
+        spark, tmp_path, bootstrap=broker.bootstrap, topic=topic, table=table, group=group
     )
     assert outcome.exit_code == 0, outcome.message
     spark.sql(f"DELETE FROM delta.`{table}` WHERE `partition` = 0 AND `offset` IN (12, 13)")
@@ -265,7 +246,7 @@ def test_an_overwrite_delta_spark_writes_checks_and_fills_the_rows(
     before = spark_rows(spark, table, "partition, offset, n")
     version = DeltaTable(str(table)).version() + 1
 
-    replayed = _replay(broker, spark, tmp_path, topic, table)
+    replayed = _replay(broker, spark, tmp_path, topic, table, group)
     assert replayed.exit_code == 0, replayed.message
     rows = spark_rows(spark, table, "partition, offset, id, v, id2, n")
     assert [(p, o) for p, o, *_ in rows] == sorted(kept)  # 12 and 13 back, nothing twice
