@@ -134,8 +134,8 @@ class ManagedProcess:
         ended, and a process started since (a group leader) took the pid."""
         assert self.popen is not None
         now = start_time(self.popen.pid)
-        if now is not None and now != self._started:
-            return
+        if now is not None and self._started is not None and now != self._started:
+            return  # (no start time read at launch: signalled as before)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, sig)
 
