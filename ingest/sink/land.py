@@ -82,7 +82,11 @@ from ingest.sink.maintenance.rewrite import StaleBatchError
 from ingest.sink.merging.merge import upsert
 from ingest.sink.merging.staged import upsert_source
 from ingest.sink.metadata.evolution import mapping_of
-from ingest.sink.metadata.features import check_table, rows_through_delta_spark
+from ingest.sink.metadata.features import (
+    check_table,
+    cut_writes_change_data,
+    rows_through_delta_spark,
+)
 from ingest.sink.metadata.mapping import ColumnMapping
 from ingest.sink.overwrite import commit_replacing
 from ingest.sink.storage import TableLocation
@@ -250,7 +254,9 @@ class _Landing:
         if table is not None and self.batch.committer is not None:
             # Rows that break the table's constraints become dead letters (both modes).
             checked = bool(rows_through_delta_spark(table))
-            self.inserting = checked and not self.upserting
+            # A cut that writes change data: the replayed rows need theirs too.
+            changes = self.batch.overwrite and cut_writes_change_data(table)
+            self.inserting = (checked or changes) and not self.upserting
             self.checks = checks_of(table) if checked else []
         apps = list(self.apps.values())
         if not self.batch.overwrite:

@@ -58,7 +58,13 @@ CASES = {
         "delta.enableTypeWidening": "true",
         "delta.enableChangeDataFeed": "true",
     },
-    "rewrite": {**_BASE, "delta.enableDeletionVectors": "false"},
+    # Delta Spark's DELETE rewrites files and writes change data files for the rows it cuts;
+    # the replayed rows then go through its writer, with their own.
+    "rewrite": {
+        **_BASE,
+        "delta.enableDeletionVectors": "false",
+        "delta.enableChangeDataFeed": "true",
+    },
 }
 EVERY_FEATURE = {
     "deletionVectors",
@@ -160,22 +166,16 @@ def test_overwrite_through_delta_spark(
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").collect()[0]
     assert detail.clusteringColumns == ["id"]
 
+    # The change feed of the replay: the range's old rows deleted, the topic's inserted, no
+    # other row (read from vectors and files, or from the change data files alone).
+    changes = _changes(spark, table, replayed_version, "_change_type, partition, offset")
+    assert sorted(changes) == sorted(
+        [("delete", p, o) for p, o in inside - DELETED_INSIDE]
+        + [("insert", p, o) for p, o in inside]
+    )
+    change_files = [a for a in actions if "cdc" in a]
+    assert bool(change_files) == (case == "rewrite"), change_files
     if case == "deletion-vectors":
-        # The change feed of the replay: the range's old rows deleted, the topic's inserted.
-        changes = (
-            spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", replayed_version)
-            .option("endingVersion", replayed_version)
-            .load(str(table))
-            .select("_change_type", "partition", "offset")
-            .collect()
-        )
-        kinds = sorted((r[0], r[1], r[2]) for r in changes)
-        old_rows = sorted(inside - DELETED_INSIDE)
-        assert kinds == sorted(
-            [("delete", p, o) for p, o in old_rows] + [("insert", p, o) for p, o in inside]
-        )
         # Spark's widened and VARIANT values as they were.
         filled = spark.sql(
             f"SELECT id, n, to_json(doc) FROM delta.`{table}` WHERE n IS NOT NULL "
@@ -184,6 +184,18 @@ def test_overwrite_through_delta_spark(
         assert sorted(tuple(r) for r in filled) == [(i, i, '{"a":1}') for i in sorted(SPARK_IDS)]
     spark.sql(f"INSERT INTO delta.`{table}` (id, v) VALUES (5000, 'after')")
     assert len(spark_rows(spark, table, "id")) == len(held) + 1
+
+
+def _changes(spark: Any, table: Path, version: int, columns: str) -> list[tuple[Any, ...]]:
+    """The change feed of ``version`` as Spark reads it, ``columns`` of each change."""
+    frame = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version)
+        .option("endingVersion", version)
+        .load(str(table))
+    )
+    return [tuple(r) for r in frame.selectExpr(*columns.split(", ")).collect()]
 
 
 def _replay(
@@ -227,7 +239,8 @@ def test_an_overwrite_delta_spark_writes_checks_and_fills_the_rows(
     columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in spark_schema().fields)
     spark.sql(
         f"CREATE TABLE delta.`{table}` (n BIGINT GENERATED ALWAYS AS IDENTITY, {columns}, "
-        "id2 BIGINT GENERATED ALWAYS AS (id * 2)) USING delta"
+        "id2 BIGINT GENERATED ALWAYS AS (id * 2)) USING delta "
+        "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
     )
     constraint = "id < 30"
     spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT c CHECK ({constraint})")
@@ -260,19 +273,31 @@ def test_an_overwrite_delta_spark_writes_checks_and_fills_the_rows(
     (info,) = [a["commitInfo"] for a in _log_actions(table, version) if "commitInfo" in a]
     assert info["operationParameters"]["mode"] == "Overwrite"
     assert DeltaTable(str(table)).version() == version
+    # The change feed (change data files: the DELETE rewrote files): each replayed row
+    # inserted with the identity value and `id2` the table holds, the old rows deleted.
+    changes = _changes(spark, table, version, "_change_type, partition, offset, id2, n")
+    held = {(p, o): (id2, n) for p, o, _, _, id2, n in rows if p == 0 and 10 <= o < 30}
+    old_rows = {(p, o): n for p, o, n in before if p == 0 and 10 <= o < 30}
+    assert sorted(changes) == sorted(
+        [("insert", p, o, *held[(p, o)]) for p, o in held]
+        + [("delete", p, o, 2 * (kept[(p, o)] % IDS), n) for (p, o), n in old_rows.items()]
+    )
 
 
-def test_ingest_replay_overwrite_cuts_a_deletion_vector_table_on_spark(
-    broker: KafkaCluster, spark: Any, tmp_path: Path
+@pytest.mark.parametrize("feature", ["deletionVectors", "changeDataFeed"])
+def test_ingest_replay_overwrite_cuts_such_a_table_on_spark(
+    broker: KafkaCluster, spark: Any, tmp_path: Path, feature: str
 ) -> None:
     """The command, with default settings, on a table whose only feature is deletion
-    vectors: its appends ran on the local engine; `ingest replay --overwrite` picks Spark
-    for the cut, and the range is the topic's again, once."""
+    vectors, or a change feed: its appends ran on the local engine; `ingest replay
+    --overwrite` picks Spark for the cut, and the range is the topic's again, once (and the
+    feed says so, no more)."""
     topic = unique_name("t-overwrite-cli")
     create_topic(broker.bootstrap, topic, partitions=2)
     produce(broker.bootstrap, topic, topic_records())
     table = tmp_path / "table"
-    create_spark_table(spark, table, properties={"delta.enableDeletionVectors": "true"})
+    key = {"deletionVectors": "enableDeletionVectors", "changeDataFeed": "enableChangeDataFeed"}
+    create_spark_table(spark, table, properties={f"delta.{key[feature]}": "true"})
     path = write_config(
         tmp_path / "cli.toml",
         bootstrap=broker.bootstrap,
@@ -285,6 +310,7 @@ def test_ingest_replay_overwrite_cuts_a_deletion_vector_table_on_spark(
     assert first.wait(RUN_TIMEOUT) == 0, first.text()[-4000:]
     assert "batches run on the local engine" in first.text()
     spark.sql(f"DELETE FROM delta.`{table}` WHERE {_where(DELETED_INSIDE | DELETED_OUTSIDE)}")
+    version = DeltaTable(str(table)).version() + 1
 
     args = ["replay", "--from", "10", "--to", "30", "--partitions", "0", "--overwrite"]
     replay = Cli([*args, "--config", str(path)], tmp_path / "replay.log")
@@ -296,3 +322,9 @@ def test_ingest_replay_overwrite_cuts_a_deletion_vector_table_on_spark(
     every = {(n % 2, n // 2) for n in range(COUNT)}
     assert len(held) == len(set(held))
     assert set(held) == {(-1, i) for i in SPARK_IDS} | every - DELETED_OUTSIDE
+    if feature == "changeDataFeed":
+        inside = {(0, o) for o in range(10, 30)}
+        assert sorted(_changes(spark, table, version, "_change_type, partition, offset")) == sorted(
+            [("delete", p, o) for p, o in inside - DELETED_INSIDE]
+            + [("insert", p, o) for p, o in inside]
+        )

@@ -15,6 +15,7 @@ from ingest.sink.metadata.features import (
     UnsupportedTableFeature,
     active_features,
     check_table,
+    cut_writes_change_data,
     through_delta_spark,
 )
 
@@ -134,20 +135,26 @@ def test_appends_to_such_a_table_go_through_delta_spark(tmp_path: Path, feature:
         check_table(str(tmp_path), table, "compact", delta_spark=True)
 
 
-def test_an_overwrite_delta_spark_rewrites_is_refused_with_a_change_feed(tmp_path: Path) -> None:
-    """Delta Spark's DELETE, rewriting files (no deletion vectors), writes change data files
-    for the rows it cuts; a commit with such files is read from them alone, and ingest
-    writes none for the replayed rows: they would be missing from the feed. With deletion
-    vectors on, the DELETE marks rows and the feed is read from the commit's actions
-    (``tests/delta/test_overwrite_delta_spark.py`` reads it)."""
+def test_an_overwrite_of_a_change_feed_table_is_cut_by_delta_spark(tmp_path: Path) -> None:
+    """delta-rs's commit takes no change data files: its cut would show every other row of
+    the rewritten files deleted and inserted again in the feed. Delta Spark's DELETE writes
+    change data files without deletion vectors, and then the replayed rows need theirs
+    (``tests/delta/test_overwrite_delta_spark.py`` reads both feeds)."""
     feed = {"delta.enableChangeDataFeed": "true"}
-    table = hand_written_table(tmp_path / "off", "rowTracking", reader=False, configuration=feed)
-    check_table(str(tmp_path), table, "append", delta_spark=True)
-    with pytest.raises(UnsupportedTableFeature, match=r"'changeDataFeed'.*no deletion vectors"):
-        check_table(str(tmp_path), table, "overwrite", delta_spark=True)
+    table = hand_written_table(tmp_path / "off", "changeDataFeed", reader=False, configuration=feed)
+    for use in ("append", "upsert", "compact"):
+        check_table(str(tmp_path), table, use)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedTableFeature, match=r"'changeDataFeed'.*no cdc action"):
+        check_table(str(tmp_path), table, "overwrite")
+    check_table(str(tmp_path), table, "overwrite", delta_spark=True)
+    assert through_delta_spark(table, "overwrite") == ["changeDataFeed"]
+    assert cut_writes_change_data(table)
     on = {**feed, "delta.enableDeletionVectors": "true"}
     table = hand_written_table(tmp_path / "on", "deletionVectors", reader=True, configuration=on)
     check_table(str(tmp_path), table, "overwrite", delta_spark=True)
+    assert not cut_writes_change_data(table)
+    unused = hand_written_table(tmp_path / "unused", "changeDataFeed", reader=False)
+    assert not cut_writes_change_data(unused) and not through_delta_spark(unused, "overwrite")
 
 
 def test_an_append_only_table_refuses_an_overwrite_up_front(tmp_path: Path) -> None:

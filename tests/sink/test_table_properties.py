@@ -12,7 +12,8 @@ from deltalake import DeltaTable
 
 from ingest.config import parse_config
 from ingest.errors import ConfigError
-from ingest.sink.metadata.features import UnsupportedTableFeature, probe_properties
+from ingest.sink.metadata.features import UnsupportedTableFeature
+from ingest.sink.metadata.probe_table import probe_properties
 from ingest.supervisor.engine.maintainer import check_tables
 
 

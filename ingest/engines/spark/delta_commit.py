@@ -168,16 +168,19 @@ class DeltaSparkCommitter:
             if not self._as_planned(uri, txn, read_version, txns, read_txns):
                 return None
             removed = converters.asJava(delete.performDelete(session, delta_log, txn)._1())
-            if int(delete.metrics().apply("numAddedChangeFiles").value()):
-                # check_table refuses such a table (a change feed, no deletion vectors).
+            changes = int(delete.metrics().apply("numAddedChangeFiles").value()) > 0
+            if changes and adds:
+                # land.py hands such a batch's rows over (cut_writes_change_data).
                 raise UncommittedError(
-                    f"{uri}: Delta Spark's DELETE wrote change data files, and ingest writes "
-                    "none for the replayed rows: the change feed would miss them"
+                    f"{uri}: Delta Spark's DELETE wrote change data files, and ingest's own "
+                    "files carry none: the change feed would miss the replayed rows"
                 )
             deleted = int(delete.metrics().apply("numDeletedRows").value())
             listed = self.jvm.java.util.ArrayList(removed)
             if rows is not None and rows.num_rows:
                 frame = _cast_to(own.createDataFrame(rows), txn.metadata().schema().json())
+                if changes:  # a commit with change data files is read from them alone
+                    frame = self._with_insert_changes(frame, txn)
                 listed.addAll(converters.asJava(txn.writeFiles(frame._jdf)))
             listed.addAll(converters.asJava(self._seq(_actions(adds, txns))))
             # As DeleteCommand's own commit: row ids kept (a table with row tracking).
@@ -204,6 +207,43 @@ class DeltaSparkCommitter:
             ) from None
         log.info("%s: Delta Spark's DELETE took %d rows out of the range", uri, deleted)
         return version, deleted
+
+    def _with_insert_changes(self, frame: Any, txn: Any) -> Any:
+        """``frame`` twice over, as Delta Spark's replaceWhere writes a change feed's
+        inserts: each row once as data and once as an ``insert`` change (``_change_type``
+        set: ``writeFiles`` puts it in a change data file). Identity values are drawn
+        first, so both copies of a row carry the same one."""
+        from pyspark.sql import Column
+        from pyspark.sql.functions import array, col, explode, lit, struct
+
+        delta = getattr(self.jvm, _DELTA)
+        identity = getattr(getattr(delta, "IdentityColumn$"), "MODULE$")
+        defaults = getattr(getattr(delta, "ColumnWithDefaultExprUtils$"), "MODULE$")
+        present = {c.lower() for c in frame.columns}
+        fields = txn.metadata().schema().fields()
+        drawn = [
+            f for f in fields if defaults.isIdentityColumn(f) and f.name().lower() not in present
+        ]
+        if drawn:
+            names = self.jvm.scala.jdk.javaapi.CollectionConverters.asScala(
+                self.jvm.java.util.HashSet([f.name() for f in drawn])
+            ).toSet()
+            txn.setTrackHighWaterMarks(names)
+            frame = frame.select(
+                *(col(_quoted(c)) for c in frame.columns),
+                *(Column(identity.createIdentityColumnGenerationExprAsColumn(f)) for f in drawn),
+            )
+        columns = [col(_quoted(c)) for c in frame.columns]
+        change = "_change_type"
+        packed = explode(
+            array(
+                struct(*columns, lit("insert").alias(change)),
+                struct(*columns, lit(None).cast("string").alias(change)),
+            )
+        )
+        return frame.select(packed.alias("packed")).select(
+            *(col(f"packed.{_quoted(c)}").alias(c) for c in [*frame.columns, change])
+        )
 
     def _session_for(self, uri: str) -> Any:
         """The session's JVM side, made the thread's active one: Delta reads the thread's

@@ -39,11 +39,8 @@ from ingest.sink.maintenance.maintain import (
     load_table,
     maintain,
 )
-from ingest.sink.metadata.features import (
-    check_table,
-    committed_by_delta_spark,
-    probe_properties,
-)
+from ingest.sink.metadata.features import check_table, committed_by_delta_spark
+from ingest.sink.metadata.probe_table import probe_properties
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import TableConfig, WriteMode
 from ingest.supervisor.wiring import maintenance_settings, table_router
