@@ -49,8 +49,10 @@ __all__ = [
     "cut_ranges",
     "in_ranges",
     "partition_text",
+    "read_data_file",
     "refilter",
     "without_covered",
+    "write_remainder",
 ]
 
 log = logging.getLogger("ingest.sink")
@@ -80,7 +82,7 @@ def cut_ranges(
     for entry in listing.to_pylist():
         if not _may_hold(entry, ranges):
             continue
-        rows = _read(opened, entry["path"])
+        rows = read_data_file(opened, entry["path"])
         logical_values = {c.removeprefix("partition."): entry[c] for c in partition_columns}
         inside = in_ranges(_keys(rows, logical_values, mapping), ranges)
         hits = pc.sum(inside).as_py() or 0
@@ -111,7 +113,7 @@ def cut_ranges(
         if hits < rows.num_rows:
             remaining = rows.filter(pc.invert(inside))
             rewritten.append(
-                _write_remainder(
+                write_remainder(
                     location, opened, entry["path"], partition_values, remaining, attempt, mapping
                 )
             )
@@ -214,7 +216,7 @@ def without_covered(
     ):
         return None
     opened = location.filesystem()
-    rows = _read(opened, data_file.path)
+    rows = read_data_file(opened, data_file.path)
     logical_values = {
         name if mapping is None else mapping.logical_name(name): value
         for name, value in data_file.partition_values
@@ -226,7 +228,7 @@ def without_covered(
     remaining = rows.filter(pc.invert(covered))
     if remaining.num_rows == 0:
         return None
-    return _write_remainder(
+    return write_remainder(
         location, opened, data_file.path, data_file.partition_values, remaining, attempt, mapping
     )
 
@@ -263,13 +265,13 @@ def _keys(
     return keyed
 
 
-def _read(opened: tuple[pafs.FileSystem, str], path: str) -> pa.Table:
+def read_data_file(opened: tuple[pafs.FileSystem, str], path: str) -> pa.Table:
     filesystem, root = opened
     with filesystem.open_input_file(f"{root}/{path}") as handle:
         return pq.read_table(handle)
 
 
-def _write_remainder(
+def write_remainder(
     location: TableLocation,
     opened: tuple[pafs.FileSystem, str],
     path: str,

@@ -28,6 +28,10 @@ the files it rewrites. ``CommitFailedError`` (a concurrent merge or compaction w
 re-read the txn versions, re-filter and merge again. Files written by a merge
 that lost its race are left for VACUUM (delta-rs does not name them).
 
+A plain table (no partition columns, column mapping or other feature) is merged file by
+file instead (``streamed.py``): the same clauses, with memory bounded by the batch and one
+data file rather than by the table; its lost races delete the files they wrote.
+
 A batch's rows reach the merge as data files staged inside the table's location
 (``land.py``): ``staged.upsert_source`` reads them back, keeping only each key's
 last change in each partition when the table has no checks, and splits off the
@@ -48,6 +52,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import SinkError
 from ingest.sink.delta import CommitOutcome, DeltaTarget
+from ingest.sink.merging.streamed import merge_file_by_file, streamable
 from ingest.sink.metadata.evolution import evolve, nullable_schema, schema_changes
 from ingest.sink.table_config import DELETE_COLUMN
 from ingest.sink.txn import (
@@ -163,6 +168,31 @@ def upsert(
             if evolve(target.uri, table, schema):
                 table = target.load() or table
             metrics: dict[str, int] = {}
+            if rows.num_rows and streamable(table):  # file by file: streamed.py
+                merged = merge_file_by_file(target.location, table, rows, merge_keys, attempt)
+                done = target.try_commit(
+                    table, merged.actions, wanted, attempt, "merge", guarded=True
+                )
+                if done is None:  # lost a race (backed off)
+                    target.location.delete(f.path for f in merged.written)
+                    continue
+                log.info(
+                    "%s: merged file by file: %d inserted, %d updated, %d deleted",
+                    target.uri,
+                    merged.inserted,
+                    merged.updated,
+                    merged.deleted,
+                )
+                return CommitOutcome(
+                    target.version_of(done),
+                    (),
+                    merged.inserted + merged.updated,
+                    {**current, **wanted},
+                    attempt,
+                    committed=True,
+                    dropped_rows=source.num_rows - rows.num_rows,
+                    deleted_rows=merged.deleted,
+                )
             if rows.num_rows:
                 merger = table.merge(
                     rows,
