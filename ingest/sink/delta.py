@@ -331,14 +331,16 @@ class DeltaTarget:
         added: Sequence[Field] = (),
         *,
         guarded: bool = False,
+        read: bool = False,
     ) -> str | None:
         """One commit of ``actions`` and ``txns``: the token it carries (find its version
         with ``version_of``), or None when a concurrent commit won (after the backoff).
         ``added``: columns the commit adds to the schema. ``guarded``: it removes files of
-        ``table``, so it carries the rewrite guard."""
+        ``table``, so it carries the rewrite guard. ``read``: the actions follow from rows the
+        commit read (a MERGE's), so it is no blind append even when it only adds."""
         token = uuid.uuid4().hex
         properties = commit_properties(
-            token, txns, guarded=table if guarded else None, actions=actions
+            token, txns, guarded=table if guarded else None, actions=actions, read=read
         )
         how = widening(table, list(added))
         if added:

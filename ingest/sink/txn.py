@@ -188,6 +188,7 @@ def commit_properties(
     *,
     guarded: DeltaTable | None = None,
     actions: Sequence[AddAction | RemoveAction] | None = None,
+    read: bool = False,
 ) -> CommitProperties:
     """A commit's properties: its token (to find its version again) and its txn actions;
     with ``guarded`` (the snapshot the commit was planned on), also the rewrite guard's
@@ -198,17 +199,19 @@ def commit_properties(
         transactions.append(guard_transaction(guarded))
     metadata: dict[str, Any] = {COMMIT_TOKEN_KEY: token}
     if actions is not None:
-        metadata.update(operation_metrics(actions))
+        metadata.update(operation_metrics(actions, read=read))
     return CommitProperties(custom_metadata=metadata, app_transactions=transactions)
 
 
-def operation_metrics(actions: Sequence[AddAction | RemoveAction]) -> dict[str, Any]:
+def operation_metrics(
+    actions: Sequence[AddAction | RemoveAction], *, read: bool = False
+) -> dict[str, Any]:
     """commitInfo entries for a commit of ``actions``: ``operationMetrics`` named as Delta
     Spark names a WRITE's (``numFiles``, ``numOutputRows``, ``numOutputBytes``; with
     removes, ``numRemovedFiles`` and ``numRemovedBytes``), string values as Spark writes
-    them; and ``isBlindAppend`` when the commit only adds files (it read no data: Spark's
-    conflict checks then let a concurrent DELETE or UPDATE through, as with its own
-    appends). delta-rs writes no metrics for ``create_write_transaction``."""
+    them; and ``isBlindAppend`` when the commit only adds files and (``read`` false) read no
+    data: Spark's conflict checks then let a concurrent DELETE or UPDATE through, as with
+    its own appends. delta-rs writes no metrics for ``create_write_transaction``."""
     adds = [a for a in actions if isinstance(a, AddAction)]
     removes = [a for a in actions if isinstance(a, RemoveAction)]
     metrics = {
@@ -221,7 +224,7 @@ def operation_metrics(actions: Sequence[AddAction | RemoveAction]) -> dict[str, 
         metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
     return {
         "operationMetrics": {key: str(value) for key, value in metrics.items()},
-        "isBlindAppend": not removes,
+        "isBlindAppend": not removes and not read,
     }
 
 

@@ -5,6 +5,7 @@ rewritten. A merge planned on a snapshot whose files a rival removed is refused.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.transaction import RemoveAction
 
+from ingest.errors import SinkError
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.merging import merge as merge_module
 from ingest.sink.merging.merge import upsert
@@ -25,27 +27,29 @@ TOPIC = "t"
 
 
 def _batch(changes: list[tuple[int, int, int, str | None, bool]]) -> pa.Table:
-    """(key, partition, offset, value, delete) rows as a batch's staged rows."""
+    """(key, partition, offset, value, delete) rows as a batch's staged rows; ``k2`` is a
+    second key column (k mod 3)."""
     return pa.table(
         {
             "topic": pa.array([TOPIC] * len(changes), pa.string()),
             "partition": pa.array([c[1] for c in changes], pa.int32()),
             "offset": pa.array([c[2] for c in changes], pa.int64()),
             "k": pa.array([c[0] for c in changes], pa.int64()),
+            "k2": pa.array([c[0] % 3 for c in changes], pa.int32()),
             "v": pa.array([c[3] for c in changes], pa.string()),
             DELETE_COLUMN: pa.array([c[4] for c in changes], pa.bool_()),
         }
     )
 
 
-def _upsert(target: DeltaTarget, rows: pa.Table, group: str) -> Any:
+def _upsert(target: DeltaTarget, rows: pa.Table, group: str, keys: Sequence[str] = ("k",)) -> Any:
     app_of = lambda topic, partition: app_id(target.uri, group, topic, partition)  # noqa: E731
     txns: dict[str, int] = {}
     columns = rows.column("partition").to_pylist(), rows.column("offset").to_pylist()
     for p, o in zip(*columns, strict=True):
         app = app_of(TOPIC, p)
         txns[app] = max(txns.get(app, -1), o)
-    return upsert(target, rows, merge_keys=["k"], txns=txns, app_id_of=app_of)
+    return upsert(target, rows, merge_keys=list(keys), txns=txns, app_id_of=app_of)
 
 
 def _held(uri: str) -> list[tuple[Any, ...]]:
@@ -73,9 +77,11 @@ def _batches(seed: int) -> list[pa.Table]:
     return [_batch(c) for c in batches]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("seed", "keys"), [(1, ("k",)), (2, ("k",)), (3, ("k", "k2")), (4, ("partition", "k"))]
+)
 def test_file_by_file_merges_as_delta_rs_merges(
-    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, seed: int, keys: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     streamed = DeltaTarget(TableLocation.of(str(tmp_path / "streamed")))
     delta_rs = DeltaTarget(TableLocation.of(str(tmp_path / "delta_rs")))
@@ -88,13 +94,13 @@ def test_file_by_file_merges_as_delta_rs_merges(
         if number > 2 and rng.random() < 0.5:
             groups.append((f"other{number}", batches[rng.randrange(number)]))
         for group, replayed in groups:
-            first = _upsert(streamed, replayed, group)
+            first = _upsert(streamed, replayed, group, keys)
             with monkeypatch.context() as patched:
-                patched.setattr(merge_module, "streamable", lambda table: False)
-                second = _upsert(delta_rs, replayed, group)
+                patched.setattr(merge_module, "streamable", lambda table, columns: False)
+                second = _upsert(delta_rs, replayed, group, keys)
             assert _held(streamed.uri) == _held(delta_rs.uri), (number, group)
             assert (first.rows, first.deleted_rows) == (second.rows, second.deleted_rows)
-    assert streamable(DeltaTable(streamed.uri))
+    assert streamable(DeltaTable(streamed.uri), batches[0].column_names)
     assert len(_held(streamed.uri)) > 10  # the keys the last changes kept
 
 
@@ -102,30 +108,82 @@ def test_only_files_holding_a_changed_key_are_rewritten(tmp_path: Path) -> None:
     location = TableLocation.of(str(tmp_path / "t"))
     target = DeltaTarget(location)
     _upsert(target, _batch([(k, 0, k, "a", False) for k in range(10)]), "g")
+    (first,) = DeltaTable(location.uri).file_uris()
     _upsert(target, _batch([(k, 1, k, "b", False) for k in range(10, 20)]), "g")
-    before = set(DeltaTable(location.uri).file_uris())
-    assert len(before) == 2
     table = DeltaTable(location.uri)
+    assert len(table.file_uris()) == 2
     merged = merge_file_by_file(
         location, table, _batch([(3, 0, 50, "c", False), (4, 0, 51, None, True)]), ["k"], 1
     )
     removes = [a for a in merged.actions if isinstance(a, RemoveAction)]
-    assert len(removes) == 1 and removes[0].path in next(iter(before))  # the first file
+    assert [first.endswith(r.path) for r in removes] == [True]  # keys 3 and 4's file only
     assert (merged.inserted, merged.updated, merged.deleted) == (0, 1, 1)
     # An older change of partition 0 matches and does nothing (no insert, no remove).
     older = merge_file_by_file(location, table, _batch([(5, 0, 2, "old", False)]), ["k"], 1)
     assert older.actions == () and (older.inserted, older.updated) == (0, 0)
+    # A file rewritten again and again keeps a name of the same length.
+    names = []
+    for offset in range(60, 64):
+        _upsert(target, _batch([(offset - 60, 0, offset, "d", False)]), "g")
+        names.append(max(len(p) for p in DeltaTable(location.uri).file_uris()))
+    assert len(set(names)) == 1, names
 
 
 def test_a_merge_planned_before_a_rival_removed_its_file_is_refused(tmp_path: Path) -> None:
+    """delta-rs refuses the commit of a remove whose file a concurrent commit removed (no
+    rewrite guard involved: the rival is delta-rs's own DELETE)."""
     location = TableLocation.of(str(tmp_path / "t"))
     target = DeltaTarget(location)
     _upsert(target, _batch([(k, 0, k, "a", False) for k in range(10)]), "g")
     planned = DeltaTable(location.uri)
     merged = merge_file_by_file(location, planned, _batch([(1, 0, 20, "mine", False)]), ["k"], 1)
-    _upsert(target, _batch([(2, 0, 21, "rival", False)]), "g2")  # rewrites the same file
-    assert target.try_commit(planned, merged.actions, {"x": 1}, 1, "merge", guarded=True) is None
-    # upsert itself merges again from the new snapshot: both changes held.
+    DeltaTable(location.uri).delete("k = 2")  # rewrites the same file
+    assert target.try_commit(planned, merged.actions, {"x": 1}, 1, "merge") is None
+    # upsert itself merges again from the new snapshot: the change held, the delete kept.
     _upsert(target, _batch([(1, 0, 20, "mine", False)]), "g")
     held = {k: v for k, _, _, v in _held(location.uri)}
-    assert (held[1], held[2]) == ("mine", "rival")
+    assert held[1] == "mine" and 2 not in held and len(held) == 9
+
+
+def test_a_table_column_the_batch_lacks_keeps_its_value(tmp_path: Path) -> None:
+    """A MERGE's update keeps a column only the table has; a rewrite file by file would
+    null it, so such a table is merged by delta-rs."""
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location)
+    first = _batch([(k, 0, k, "a", False) for k in range(4)])
+    _upsert(target, first.append_column("extra", pa.array(["x"] * 4)), "g")
+    assert not streamable(DeltaTable(location.uri), first.column_names)
+    _upsert(target, _batch([(1, 0, 10, "b", False)]), "g")
+    rows = {r["k"]: r for r in DeltaTable(location.uri).to_pyarrow_table().to_pylist()}
+    assert (rows[1]["v"], rows[1]["extra"]) == ("b", "x")
+
+
+def test_a_table_with_a_feature_is_not_merged_file_by_file(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
+    rows = _batch([(k, 0, k, "a", False) for k in range(4)])
+    for properties in ({"delta.enableChangeDataFeed": "true"}, {"delta.appendOnly": "false"}):
+        path = tmp_path / str(len(properties) + len(str(properties)))
+        target = DeltaTarget(TableLocation.of(str(path)), properties=properties)
+        _upsert(target, rows, "g")
+        feed = "delta.enableChangeDataFeed" in properties
+        assert streamable(DeltaTable(str(path)), rows.column_names) is not feed
+    partitioned = DeltaTarget(location, partition_by=("k2",))
+    _upsert(partitioned, rows, "g")
+    assert not streamable(DeltaTable(location.uri), rows.column_names)
+
+
+def test_a_failed_merge_deletes_what_it_wrote(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location)
+    _upsert(target, _batch([(k, 0, k, "a", False) for k in range(10)]), "g")
+    _upsert(target, _batch([(k, 1, k, "b", False) for k in range(10, 20)]), "g")
+    table = DeltaTable(location.uri)
+    # The file read last (the log's order) is broken: the first one's remainder is written
+    # by then (half its keys change).
+    last = table.get_add_actions(flatten=False).column("path").to_pylist()[-1]
+    (tmp_path / "t" / last).write_bytes(b"not parquet")
+    before = sorted(p.name for p in (tmp_path / "t").glob("*.parquet"))
+    changes = _batch([(k, 0, 30 + k, "c", False) for k in (0, 1, 2, 15)])
+    with pytest.raises(SinkError, match="merging file by file failed"):
+        merge_file_by_file(location, table, changes, ["k"], 1)
+    assert sorted(p.name for p in (tmp_path / "t").glob("*.parquet")) == before

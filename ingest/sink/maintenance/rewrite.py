@@ -22,6 +22,7 @@ deleted.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -49,15 +50,17 @@ __all__ = [
     "cut_ranges",
     "in_ranges",
     "partition_text",
-    "read_data_file",
     "refilter",
     "without_covered",
+    "without_views",
     "write_remainder",
 ]
 
 log = logging.getLogger("ingest.sink")
 
 _INT64_MIN = -(2**63)
+# The prefix ``write_remainder`` gives a rewritten file's name (any number of them).
+_REWRITTEN = re.compile(r"^(r[0-9]+-[0-9a-f]{8}-)+")
 
 
 def cut_ranges(
@@ -82,7 +85,7 @@ def cut_ranges(
     for entry in listing.to_pylist():
         if not _may_hold(entry, ranges):
             continue
-        rows = read_data_file(opened, entry["path"])
+        rows = _read(opened, entry["path"])
         logical_values = {c.removeprefix("partition."): entry[c] for c in partition_columns}
         inside = in_ranges(_keys(rows, logical_values, mapping), ranges)
         hits = pc.sum(inside).as_py() or 0
@@ -216,7 +219,7 @@ def without_covered(
     ):
         return None
     opened = location.filesystem()
-    rows = read_data_file(opened, data_file.path)
+    rows = _read(opened, data_file.path)
     logical_values = {
         name if mapping is None else mapping.logical_name(name): value
         for name, value in data_file.partition_values
@@ -265,10 +268,37 @@ def _keys(
     return keyed
 
 
-def read_data_file(opened: tuple[pafs.FileSystem, str], path: str) -> pa.Table:
+def _read(opened: tuple[pafs.FileSystem, str], path: str) -> pa.Table:
     filesystem, root = opened
     with filesystem.open_input_file(f"{root}/{path}") as handle:
-        return pq.read_table(handle)
+        return without_views(pq.read_table(handle))
+
+
+def without_views(table: pa.Table) -> pa.Table:
+    """``table`` with string and binary views as plain strings and binaries: files delta-rs
+    1.6 writes read back with views, which pyarrow's filter and take do not take (measured:
+    "array_take has no kernel matching input types (string_view, ...)")."""
+    fields = [field.with_type(_plain(field.type)) for field in table.schema]
+    schema = pa.schema(fields, metadata=table.schema.metadata)
+    return table if schema.equals(table.schema) else table.cast(schema)
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_string_view(kind):
+        return pa.large_string()
+    if pa.types.is_binary_view(kind):
+        return pa.large_binary()
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_plain(f.type)) for f in kind])
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        element = kind.value_field.with_type(_plain(kind.value_type))
+        return pa.list_(element) if pa.types.is_list(kind) else pa.large_list(element)
+    if pa.types.is_map(kind):
+        return pa.map_(
+            kind.key_field.with_type(_plain(kind.key_type)),
+            kind.item_field.with_type(_plain(kind.item_type)),
+        )
+    return kind
 
 
 def write_remainder(
@@ -281,8 +311,10 @@ def write_remainder(
     mapping: ColumnMapping | None,
 ) -> DataFile:
     """``remaining`` (physical columns) written next to ``path`` as a new data file
-    (with its footer)."""
+    (with its footer), named after the original without the prefixes earlier rewrites
+    gave it (a file rewritten again and again keeps a name of the same length)."""
     directory, _, name = path.rpartition("/")
+    name = _REWRITTEN.sub("", name)
     prefix = f"r{attempt}-{uuid.uuid4().hex[:8]}"
     relative = f"{directory}/{prefix}-{name}" if directory else f"{prefix}-{name}"
     return write_data_file(

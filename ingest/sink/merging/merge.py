@@ -168,10 +168,10 @@ def upsert(
             if evolve(target.uri, table, schema):
                 table = target.load() or table
             metrics: dict[str, int] = {}
-            if rows.num_rows and streamable(table):  # file by file: streamed.py
+            if rows.num_rows and streamable(table, rows.column_names):  # file by file: streamed.py
                 merged = merge_file_by_file(target.location, table, rows, merge_keys, attempt)
                 done = target.try_commit(
-                    table, merged.actions, wanted, attempt, "merge", guarded=True
+                    table, merged.actions, wanted, attempt, "merge", guarded=True, read=True
                 )
                 if done is None:  # lost a race (backed off)
                     target.location.delete(f.path for f in merged.written)

@@ -37,11 +37,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
+from ingest.errors import SinkError
 from ingest.sink.files import DataFile, write_data_files
-from ingest.sink.maintenance.rewrite import read_data_file, write_remainder
+from ingest.sink.maintenance.rewrite import without_views, write_remainder
 from ingest.sink.metadata.evolution import mapping_of
 from ingest.sink.metadata.features import active_features
 from ingest.sink.storage import TableLocation
@@ -51,15 +54,19 @@ __all__ = ["StreamedMerge", "merge_file_by_file", "streamable"]
 
 # Features that change nothing of how rows are read, written or removed.
 _NEUTRAL = frozenset({"timestampNtz"})
-_ROW, _S_ROW, _S_PARTITION, _S_OFFSET = "__t_row", "__s_row", "__s_partition", "__s_offset"
+_T_PARTITION, _T_OFFSET, _T_ROW = "__t_partition", "__t_offset", "__t_row"
+_S_PARTITION, _S_OFFSET, _S_ROW = "__s_partition", "__s_offset", "__s_row"
 
 
-def streamable(table: DeltaTable) -> bool:
-    """Whether ``table``'s upserts can go file by file: no partition columns, no column
-    mapping, no feature but the neutral ones."""
+def streamable(table: DeltaTable, columns: Sequence[str]) -> bool:
+    """Whether ``table``'s upserts of rows with ``columns`` can go file by file: no
+    partition columns, no column mapping, no feature but the neutral ones, and no column
+    the rows lack (a MERGE's update keeps such a column's value; a rewrite would not)."""
     if table.metadata().partition_columns or mapping_of(table) is not None:
         return False
-    return not set(active_features(table)) - _NEUTRAL
+    if set(active_features(table)) - _NEUTRAL:
+        return False
+    return {f.name for f in table.schema().fields} <= set(columns)
 
 
 @dataclass(frozen=True)
@@ -82,51 +89,57 @@ def merge_file_by_file(
     attempt: int,
 ) -> StreamedMerge:
     """The MERGE of ``rows`` (one change per key; ``DELETE_COLUMN`` marks deletes) into
-    ``table``'s current snapshot, as actions to commit."""
+    ``table``'s current snapshot, as actions to commit. ``SinkError`` when a data file
+    cannot be read or its keys cannot be compared; the files written so far are deleted."""
+    written: list[DataFile] = []
+    try:
+        return _merge(location, table, rows, merge_keys, attempt, written)
+    except (OSError, pa.ArrowException) as exc:
+        location.delete(f.path for f in written)
+        raise SinkError(f"{location.uri}: merging file by file failed: {exc}") from exc
+    except BaseException:
+        location.delete(f.path for f in written)
+        raise
+
+
+def _merge(
+    location: TableLocation,
+    table: DeltaTable,
+    rows: pa.Table,
+    merge_keys: Sequence[str],
+    attempt: int,
+    written: list[DataFile],
+) -> StreamedMerge:
     count = rows.num_rows
     deleting = (
         np.asarray(pc.fill_null(rows.column(DELETE_COLUMN), False), dtype=bool)
         if DELETE_COLUMN in rows.column_names
         else np.zeros(count, bool)
     )
-    changes = rows.select(list(merge_keys))
-    changes = changes.append_column(_S_PARTITION, rows.column("partition"))
-    changes = changes.append_column(_S_OFFSET, rows.column("offset"))
-    changes = changes.append_column(_S_ROW, pa.array(np.arange(count, dtype=np.int64)))
+    changes = _key_table(rows, merge_keys, (_S_PARTITION, _S_OFFSET, _S_ROW))
     applied = np.zeros(count, bool)  # matched, UPDATE_WHEN held: updated or deleted
     blocked = np.zeros(count, bool)  # matched, UPDATE_WHEN did not hold: nothing done
     opened = location.filesystem()
     actions: list[AddAction | RemoveAction] = []
-    written: list[DataFile] = []
     removed_at = int(time.time() * 1000)
-    listing = pa.table(table.get_add_actions(flatten=True)).select(["path", "size_bytes"])
+    listing = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
+    wanted = [*merge_keys, "partition", "offset"]
     for path, size in zip(
         listing.column("path").to_pylist(), listing.column("size_bytes").to_pylist(), strict=True
     ):
-        held = read_data_file(opened, path)
+        # The keys first; the whole file only when a change matches one of its rows.
+        held = _read(opened, path, wanted)
         if held.num_rows == 0 or any(k not in held.column_names for k in merge_keys):
             continue  # a file without a key column: every key of it is null
-        keys = held.select(list(merge_keys))
-        for name, kind in (("partition", pa.int32()), ("offset", pa.int64())):
-            # Another writer's file without them: UPDATE_WHEN is null there, never true.
-            column = held.column(name) if name in held.column_names else pa.nulls(len(held), kind)
-            keys = keys.append_column(name, column)
-        keys = keys.append_column(_ROW, pa.array(np.arange(held.num_rows, dtype=np.int64)))
-        typed = changes.cast(
-            pa.schema(
-                [
-                    *(keys.schema.field(k) for k in merge_keys),
-                    *(changes.schema.field(c) for c in (_S_PARTITION, _S_OFFSET, _S_ROW)),
-                ]
-            )
-        )
-        matched = keys.join(typed, list(merge_keys), join_type="inner", use_threads=False)
+        keys = _key_table(held, merge_keys, (_T_PARTITION, _T_OFFSET, _T_ROW))
+        matched = _matches(keys, changes, merge_keys)
         if matched.num_rows == 0:
             continue
+        # SQL's OR (Kleene): a null on one side does not hide a true on the other.
         when = pc.fill_null(
-            pc.or_(
-                pc.not_equal(matched.column(_S_PARTITION), matched.column("partition")),
-                pc.greater(matched.column(_S_OFFSET), matched.column("offset")),
+            pc.or_kleene(
+                pc.not_equal(matched.column(_S_PARTITION), matched.column(_T_PARTITION)),
+                pc.greater(matched.column(_S_OFFSET), matched.column(_T_OFFSET)),
             ),
             False,
         )
@@ -134,15 +147,16 @@ def merge_file_by_file(
         change_rows = np.asarray(matched.column(_S_ROW), dtype=np.int64)
         applied[change_rows[hit]] = True
         blocked[change_rows[~hit]] = True
-        taken = np.unique(np.asarray(matched.column(_ROW), dtype=np.int64)[hit])
+        taken = np.unique(np.asarray(matched.column(_T_ROW), dtype=np.int64)[hit])
         if taken.size == 0:
             continue
         actions.append(RemoveAction(path, True, removed_at, size=int(size)))
         if taken.size < held.num_rows:
             keep = np.ones(held.num_rows, bool)
             keep[taken] = False
+            whole = _read(opened, path)
             remainder = write_remainder(
-                location, opened, path, (), held.filter(keep), attempt, None
+                location, opened, path, (), whole.filter(keep), attempt, None
             )
             written.append(remainder)
             actions.append(remainder.add_action())
@@ -162,3 +176,51 @@ def merge_file_by_file(
         updated=int(np.count_nonzero(inserting & applied)),
         deleted=int(np.count_nonzero(deleting & applied)),
     )
+
+
+def _key_table(rows: pa.Table, merge_keys: Sequence[str], names: tuple[str, str, str]) -> pa.Table:
+    """``rows``' merge keys, partition and offset (null where a file lacks them: another
+    writer's; UPDATE_WHEN is then null there) and row number, under ``names`` (so a merge
+    key named partition or offset does not clash)."""
+    keyed = rows.select(list(merge_keys))
+    for name, source, kind in (
+        (names[0], "partition", pa.int32()),
+        (names[1], "offset", pa.int64()),
+    ):
+        column = rows.column(source) if source in rows.column_names else pa.nulls(len(rows), kind)
+        keyed = keyed.append_column(name, column)
+    return keyed.append_column(names[2], pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+
+
+def _matches(keys: pa.Table, changes: pa.Table, merge_keys: Sequence[str]) -> pa.Table:
+    """The (row, change) pairs whose merge keys are equal (nulls never are). A file's key
+    column of another type than the batch's is compared in the batch's type, or the batch's
+    in the file's when a file value does not fit."""
+
+    def retyped(table: pa.Table, like: pa.Table) -> pa.Table:
+        """``table`` with its key columns in ``like``'s types."""
+        fields = [
+            like.schema.field(name) if name in merge_keys else table.schema.field(name)
+            for name in table.column_names
+        ]
+        return table.cast(pa.schema(fields))
+
+    try:
+        return retyped(keys, changes).join(
+            changes, list(merge_keys), join_type="inner", use_threads=False
+        )
+    except pa.ArrowInvalid:
+        return keys.join(
+            retyped(changes, keys), list(merge_keys), join_type="inner", use_threads=False
+        )
+
+
+def _read(opened: tuple[pafs.FileSystem, str], path: str, columns: Sequence[str] = ()) -> pa.Table:
+    """A data file, or only those of ``columns`` it has."""
+    filesystem, root = opened
+    with filesystem.open_input_file(f"{root}/{path}") as handle:
+        parquet = pq.ParquetFile(handle)
+        if not columns:
+            return without_views(parquet.read())
+        present = set(parquet.schema_arrow.names)
+        return without_views(parquet.read(columns=[c for c in columns if c in present]))
