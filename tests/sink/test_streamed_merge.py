@@ -11,14 +11,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import RemoveAction
 
 from ingest.errors import SinkError
 from ingest.sink.delta import DeltaTarget
 from ingest.sink.merging import merge as merge_module
 from ingest.sink.merging.merge import upsert
-from ingest.sink.merging.streamed import merge_file_by_file, streamable
+from ingest.sink.merging.streamed import appended_since, merge_file_by_file, streamable
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN
 from ingest.sink.txn import app_id
@@ -187,3 +187,34 @@ def test_a_failed_merge_deletes_what_it_wrote(tmp_path: Path) -> None:
     with pytest.raises(SinkError, match="merging file by file failed"):
         merge_file_by_file(location, table, changes, ["k"], 1)
     assert sorted(p.name for p in (tmp_path / "t").glob("*.parquet")) == before
+
+
+def test_rows_another_writer_appended_meanwhile_send_the_merge_round_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blind append after the merge's snapshot may hold a key the merge inserts, and
+    delta-rs's checks let such a commit through: the merge starts again from the new
+    snapshot, so the key is held once, with the later change."""
+    location = TableLocation.of(str(tmp_path / "t"))
+    target = DeltaTarget(location)
+    _upsert(target, _batch([(k, 0, k, "a", False) for k in range(4)]), "g")
+    real = merge_module.merge_file_by_file
+    calls = []
+
+    def rival_first(*args: Any, **kwargs: Any) -> Any:
+        if not calls:  # another writer appends key 7 once the merge has its snapshot
+            write_deltalake(
+                location.uri,
+                _batch([(7, 1, 1, "rival", False)]).drop_columns([DELETE_COLUMN]),
+                mode="append",
+            )
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "merge_file_by_file", rival_first)
+    outcome = _upsert(target, _batch([(7, 0, 10, "mine", False)]), "g")
+    assert len(calls) == 2 and outcome.attempts == 2
+    held = [(k, v) for k, _, _, v in _held(location.uri) if k == 7]
+    assert held == [(7, "mine")]
+    planned = DeltaTable(location.uri)
+    assert not appended_since(location, planned)

@@ -52,7 +52,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ingest.errors import SinkError
 from ingest.sink.delta import CommitOutcome, DeltaTarget
-from ingest.sink.merging.streamed import merge_file_by_file, streamable
+from ingest.sink.merging.streamed import appended_since, merge_file_by_file, streamable
 from ingest.sink.metadata.evolution import evolve, nullable_schema, schema_changes
 from ingest.sink.table_config import DELETE_COLUMN
 from ingest.sink.txn import (
@@ -170,6 +170,11 @@ def upsert(
             metrics: dict[str, int] = {}
             if rows.num_rows and streamable(table, rows.column_names):  # file by file: streamed.py
                 merged = merge_file_by_file(target.location, table, rows, merge_keys, attempt)
+                if appended_since(target.location, table):  # a lost race delta-rs cannot see
+                    log.info("%s: rows were added since the merge's snapshot", target.uri)
+                    target.location.delete(f.path for f in merged.written)
+                    target.backoff(attempt)
+                    continue
                 done = target.try_commit(
                     table, merged.actions, wanted, attempt, "merge", guarded=True, read=True
                 )

@@ -15,9 +15,13 @@ Here the batch's keys (``rows``: one change per key, re-filtered by the txn vers
 * every other change that is no delete is written as new data files.
 
 The removes, the rewritten files and the new ones are one commit with the batch's txns and
-the rewrite guard (``DeltaTarget.try_commit``); delta-rs refuses it when a concurrent
-commit removed a file this one removes ("a concurrent transaction deleted data this
-operation read"), and the caller merges again from a new snapshot. The result is the
+the rewrite guard (``DeltaTarget.try_commit``, no blind append); delta-rs refuses it when a
+concurrent commit removed a file this one removes ("a concurrent transaction deleted data
+this operation read"), and the caller merges again from a new snapshot. It also merges
+again when a commit since the snapshot added rows (``appended_since``; delta-rs records
+nothing such a commit read, so it sees no conflict there); a rival commit landing between
+that look and the commit is not seen (a window of one log listing, where delta-rs's MERGE
+would conflict). The result is the
 MERGE of ``merge.py``'s docstring, row for row, when the table holds each key once (an
 upsert table does); where a key is held twice, the MERGE would update both rows, this
 keeps one.
@@ -29,6 +33,7 @@ data, honour deletion vectors and compute generated columns.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Sequence
@@ -50,7 +55,7 @@ from ingest.sink.metadata.features import active_features
 from ingest.sink.storage import TableLocation
 from ingest.sink.table_config import DELETE_COLUMN
 
-__all__ = ["StreamedMerge", "merge_file_by_file", "streamable"]
+__all__ = ["StreamedMerge", "appended_since", "merge_file_by_file", "streamable"]
 
 # Features that change nothing of how rows are read, written or removed.
 _NEUTRAL = frozenset({"timestampNtz"})
@@ -224,3 +229,23 @@ def _read(opened: tuple[pafs.FileSystem, str], path: str, columns: Sequence[str]
             return without_views(parquet.read())
         present = set(parquet.schema_arrow.names)
         return without_views(parquet.read(columns=[c for c in columns if c in present]))
+
+
+def appended_since(location: TableLocation, table: DeltaTable) -> bool:
+    """Whether a commit after ``table``'s version added rows (an ``add`` that changes
+    data): one may hold a key this merge inserts. delta-rs's conflict checks see no such
+    conflict in a commit of add and remove actions (it records nothing the commit read), so
+    the caller merges again from the new snapshot, as a MERGE that lost its race would."""
+    filesystem, root = location.filesystem()
+    version = table.version() + 1
+    while True:
+        try:
+            with filesystem.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as log:
+                text = log.read().decode()
+        except FileNotFoundError:
+            return False
+        for line in text.splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "add" in action and action["add"].get("dataChange", True):
+                return True
+        version += 1
