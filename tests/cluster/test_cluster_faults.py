@@ -27,6 +27,9 @@ STALL = "ingest: fault point in_spark_task #1: stall"
 # The run's [spark] executorless_timeout: shorter than the default 60 s, far above the few
 # seconds a new application waits for its executors.
 EXECUTORLESS_S = 20
+# How long the first batch is held before its commit: long enough for the master to restart
+# and the old executors to go (the test fails if batch 1 commits before they are gone).
+STALL_S = 45
 
 
 def stalled_executor(cluster: SparkCluster, index: int) -> bool:
@@ -134,7 +137,7 @@ def test_a_master_restarted_between_batches_fails_the_run_clearly_and_a_rerun_is
     cli = Cli(
         ["run", "-c", str(path), "--until-end"],
         tmp_path / "run.log",
-        env=fault_point_env("before_delta_commit", 1, stall=15),
+        env=fault_point_env("before_delta_commit", 1, stall=STALL_S),
     )
     try:
         wait_until(
@@ -145,6 +148,15 @@ def test_a_master_restarted_between_batches_fails_the_run_clearly_and_a_rerun_is
         spark_cluster.stop_master()
         restarted = spark_cluster.start_master()
         wait_until(lambda: spark_cluster.alive_workers() == 2, 60, "the workers to re-register")
+        # The re-registered workers kill the forgotten application's executors, each some
+        # seconds after the other (measured: 2 s apart, the second after a 15 s stall had
+        # ended, so the next batch ran on it and committed): batch 2 must start after both.
+        wait_until(
+            lambda: not any(spark_cluster.executor_pids(i) for i in range(2)),
+            60,
+            "the old application's executors to be killed",
+        )
+        assert "event=batch_committed batch=1 " not in cli.text(), "the stall ended too soon"
         code = cli.wait(EXECUTORLESS_S + 120)
     finally:
         cli.kill()
