@@ -50,7 +50,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from ingest.errors import SinkError
 from ingest.protocol.partition import Partition
 from ingest.sink.files import FOOTER_KEY, DataFile, DataFileWriter, Source, sources_of
-from ingest.sink.maintenance.rewrite import partition_text
+from ingest.sink.maintenance.rewrite import partition_text, plain_type
 from ingest.sink.metadata.evolution import mapping_of
 from ingest.sink.metadata.mapping import ColumnMapping, logical, physical_name
 from ingest.sink.storage import TableLocation
@@ -295,7 +295,7 @@ def _bin_schema(opened: tuple[Any, str], members: Sequence[_Entry]) -> pa.Schema
     for member in members:
         with filesystem.open_input_file(f"{root}/{member.path}") as handle:
             found = pq.read_schema(handle).remove_metadata()
-        schemas.append(pa.schema([f.with_type(_plain(f.type)) for f in found]))
+        schemas.append(pa.schema([f.with_type(plain_type(f.type)) for f in found]))
     try:
         unified = pa.unify_schemas(schemas, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -317,27 +317,6 @@ def _aligned(part: pa.Table, schema: pa.Schema) -> pa.Table:
         column = part.column(field.name)
         columns.append(column if column.type == field.type else column.cast(field.type))
     return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _plain(kind: pa.DataType) -> pa.DataType:
-    """``kind`` with Arrow's view types replaced by the plain ones, nested types too."""
-    if pa.types.is_string_view(kind):
-        return pa.string()
-    if pa.types.is_binary_view(kind):
-        return pa.binary()
-    if pa.types.is_struct(kind):
-        return pa.struct(
-            [kind.field(i).with_type(_plain(kind.field(i).type)) for i in range(kind.num_fields)]
-        )
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
-        item = kind.value_field.with_type(_plain(kind.value_field.type))
-        return pa.large_list(item) if pa.types.is_large_list(kind) else pa.list_(item)
-    if pa.types.is_map(kind):
-        return pa.map_(
-            kind.key_field.with_type(_plain(kind.key_field.type)),
-            kind.item_field.with_type(_plain(kind.item_field.type)),
-        )
-    return kind
 
 
 def _merged(sources: Sequence[Source]) -> tuple[Source, ...]:

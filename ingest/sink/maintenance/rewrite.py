@@ -50,6 +50,7 @@ __all__ = [
     "cut_ranges",
     "in_ranges",
     "partition_text",
+    "plain_type",
     "refilter",
     "without_covered",
     "without_views",
@@ -278,25 +279,31 @@ def without_views(table: pa.Table) -> pa.Table:
     """``table`` with string and binary views as plain strings and binaries: files delta-rs
     1.6 writes read back with views, which pyarrow's filter and take do not take (measured:
     "array_take has no kernel matching input types (string_view, ...)")."""
-    fields = [field.with_type(_plain(field.type)) for field in table.schema]
+    fields = [field.with_type(plain_type(field.type)) for field in table.schema]
     schema = pa.schema(fields, metadata=table.schema.metadata)
     return table if schema.equals(table.schema) else table.cast(schema)
 
 
-def _plain(kind: pa.DataType) -> pa.DataType:
+def plain_type(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with Arrow's view types replaced by the plain ones, nested types too."""
     if pa.types.is_string_view(kind):
-        return pa.large_string()
+        return pa.string()
     if pa.types.is_binary_view(kind):
-        return pa.large_binary()
+        return pa.binary()
     if pa.types.is_struct(kind):
-        return pa.struct([f.with_type(_plain(f.type)) for f in kind])
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        element = kind.value_field.with_type(_plain(kind.value_type))
-        return pa.list_(element) if pa.types.is_list(kind) else pa.large_list(element)
+        return pa.struct(
+            [
+                kind.field(i).with_type(plain_type(kind.field(i).type))
+                for i in range(kind.num_fields)
+            ]
+        )
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        item = kind.value_field.with_type(plain_type(kind.value_field.type))
+        return pa.large_list(item) if pa.types.is_large_list(kind) else pa.list_(item)
     if pa.types.is_map(kind):
         return pa.map_(
-            kind.key_field.with_type(_plain(kind.key_type)),
-            kind.item_field.with_type(_plain(kind.item_type)),
+            kind.key_field.with_type(plain_type(kind.key_field.type)),
+            kind.item_field.with_type(plain_type(kind.item_field.type)),
         )
     return kind
 
