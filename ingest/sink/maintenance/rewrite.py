@@ -51,6 +51,7 @@ __all__ = [
     "in_ranges",
     "partition_text",
     "plain_type",
+    "read_data_file",
     "refilter",
     "without_covered",
     "without_views",
@@ -86,7 +87,7 @@ def cut_ranges(
     for entry in listing.to_pylist():
         if not _may_hold(entry, ranges):
             continue
-        rows = _read(opened, entry["path"])
+        rows = read_data_file(opened, entry["path"])
         logical_values = {c.removeprefix("partition."): entry[c] for c in partition_columns}
         inside = in_ranges(_keys(rows, logical_values, mapping), ranges)
         hits = pc.sum(inside).as_py() or 0
@@ -220,7 +221,7 @@ def without_covered(
     ):
         return None
     opened = location.filesystem()
-    rows = _read(opened, data_file.path)
+    rows = read_data_file(opened, data_file.path)
     logical_values = {
         name if mapping is None else mapping.logical_name(name): value
         for name, value in data_file.partition_values
@@ -269,10 +270,17 @@ def _keys(
     return keyed
 
 
-def _read(opened: tuple[pafs.FileSystem, str], path: str) -> pa.Table:
+def read_data_file(
+    opened: tuple[pafs.FileSystem, str], path: str, columns: Sequence[str] = ()
+) -> pa.Table:
+    """A data file (``columns``: only those of them it has), views read as plain types."""
     filesystem, root = opened
     with filesystem.open_input_file(f"{root}/{path}") as handle:
-        return without_views(pq.read_table(handle))
+        parquet = pq.ParquetFile(handle)
+        if not columns:
+            return without_views(parquet.read())
+        present = set(parquet.schema_arrow.names)
+        return without_views(parquet.read(columns=[c for c in columns if c in present]))
 
 
 def without_views(table: pa.Table) -> pa.Table:

@@ -42,14 +42,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from ingest.errors import SinkError
 from ingest.sink.files import DataFile, write_data_files
-from ingest.sink.maintenance.rewrite import without_views, write_remainder
+from ingest.sink.maintenance.rewrite import read_data_file, write_remainder
 from ingest.sink.metadata.evolution import mapping_of
 from ingest.sink.metadata.features import active_features
 from ingest.sink.storage import TableLocation
@@ -133,7 +131,7 @@ def _merge(
         listing.column("path").to_pylist(), listing.column("size_bytes").to_pylist(), strict=True
     ):
         # The keys first; the whole file only when a change matches one of its rows.
-        held = _read(opened, path, wanted)
+        held = read_data_file(opened, path, wanted)
         if held.num_rows == 0 or any(k not in held.column_names for k in merge_keys):
             continue  # a file without a key column: every key of it is null
         keys = _key_table(held, merge_keys, (_T_PARTITION, _T_OFFSET, _T_ROW))
@@ -159,7 +157,7 @@ def _merge(
         if taken.size < held.num_rows:
             keep = np.ones(held.num_rows, bool)
             keep[taken] = False
-            whole = _read(opened, path)
+            whole = read_data_file(opened, path)
             remainder = write_remainder(
                 location, opened, path, (), whole.filter(keep), attempt, None
             )
@@ -218,17 +216,6 @@ def _matches(keys: pa.Table, changes: pa.Table, merge_keys: Sequence[str]) -> pa
         return keys.join(
             retyped(changes, keys), list(merge_keys), join_type="inner", use_threads=False
         )
-
-
-def _read(opened: tuple[pafs.FileSystem, str], path: str, columns: Sequence[str] = ()) -> pa.Table:
-    """A data file, or only those of ``columns`` it has."""
-    filesystem, root = opened
-    with filesystem.open_input_file(f"{root}/{path}") as handle:
-        parquet = pq.ParquetFile(handle)
-        if not columns:
-            return without_views(parquet.read())
-        present = set(parquet.schema_arrow.names)
-        return without_views(parquet.read(columns=[c for c in columns if c in present]))
 
 
 def appended_since(location: TableLocation, table: DeltaTable) -> bool:
